@@ -1,0 +1,60 @@
+"""turbine: an eager PyTorch device built on IREE.
+
+    import torch, turbine
+    x = torch.randn(64, 128, device="turbine:cpu")
+    y = torch.relu(x @ x.T)          # each aten op runs as a compiled IREE kernel on the device
+    print(y.cpu())                   # bytes reach the host only when read
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from turbine.config import config, override
+from turbine.counters import reset_stats, stats
+from turbine.device import Device, available, open_device
+from turbine.device.registry import current
+from turbine.eager import DeviceTensor
+from turbine.errors import CompileError, DeviceNotFoundError, TurbineError, UnsupportedDtypeError, UnsupportedOpError
+
+logging.getLogger("turbine").addHandler(logging.NullHandler())
+
+__version__ = "0.1.0"
+
+
+def devices() -> list[str]:
+    """Names of the turbine devices that can be opened on this machine."""
+    return available()
+
+
+def device(name: str = "turbine", **options: Any) -> Device:
+    """Open (or get) a device by name; use it with ``with turbine.device(...)`` to make it current.
+
+    Options apply when the device is first opened: ``target`` (compiler architecture) and
+    ``compiler_flags`` (extra IREE compiler flags for its kernels).
+    """
+    return open_device(name, **options)
+
+
+def current_device() -> Device:
+    """The device plain ``"turbine"`` means here and now."""
+    return current()
+
+
+__all__ = [
+    "CompileError",
+    "Device",
+    "DeviceNotFoundError",
+    "DeviceTensor",
+    "TurbineError",
+    "UnsupportedDtypeError",
+    "UnsupportedOpError",
+    "config",
+    "current_device",
+    "device",
+    "devices",
+    "override",
+    "reset_stats",
+    "stats",
+]

@@ -1,0 +1,66 @@
+"""One configuration object for turbine, read from ``TURBINE_*`` environment variables.
+
+Every knob lives here so that a user finds them in one place (the README lists them) and
+tests can change them with :func:`override` without touching the environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Iterator
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+@dataclasses.dataclass
+class Config:
+    """Process-wide settings. Change fields directly or through :func:`override`."""
+
+    #: The device plain ``"turbine"`` means when no ``with turbine.device(...)`` is active.
+    default_device: str = "cpu"
+    #: Extra flags handed to the IREE compiler for every kernel (space separated in the env var).
+    compiler_flags: tuple[str, ...] = ()
+    #: Target CPU for llvm-cpu kernels; "host" tunes for this machine.
+    cpu_target: str = "host"
+    #: GPU architecture for cuda kernels (IREE 3.13 accepts sm_80 and runs it on Hopper).
+    cuda_target: str = "sm_80"
+    #: GPU architecture for hip kernels.
+    hip_target: str = "gfx942"
+    #: Largest number of scalar constants (0-d device buffers) kept per device for reuse.
+    scalar_cache_size: int = 256
+
+    @classmethod
+    def from_env(cls) -> "Config":
+        flags = os.environ.get("TURBINE_COMPILER_FLAGS", "")
+        return cls(
+            default_device=os.environ.get("TURBINE_DEFAULT_DEVICE", "cpu") or "cpu",
+            compiler_flags=tuple(flags.split()),
+            cpu_target=os.environ.get("TURBINE_CPU_TARGET", "host") or "host",
+            cuda_target=os.environ.get("TURBINE_CUDA_TARGET", "sm_80") or "sm_80",
+            hip_target=os.environ.get("TURBINE_HIP_TARGET", "gfx942") or "gfx942",
+        )
+
+
+config = Config.from_env()
+
+
+@contextlib.contextmanager
+def override(**changes: object) -> Iterator[Config]:
+    """Temporarily change fields of :data:`config` (restored on exit, even on error)."""
+    old = {name: getattr(config, name) for name in changes}
+    for name, value in changes.items():
+        if not hasattr(config, name):
+            raise AttributeError(f"turbine.config has no setting {name!r}")
+        setattr(config, name, value)
+    try:
+        yield config
+    finally:
+        for name, value in old.items():
+            setattr(config, name, value)

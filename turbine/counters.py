@@ -1,0 +1,55 @@
+"""Counters behind ``turbine.stats()``: what ran where, and every byte that crossed to the host.
+
+Kept as plain module-level state so the hot dispatch path pays one attribute add per event.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+_NAMES = (
+    "kernels_compiled",
+    "compile_failures",
+    "cache_hits_memory",
+    "cache_hits_disk",
+    "dispatches",
+    "host_transfers",
+    "host_transfer_bytes",
+    "scalar_uploads",
+)
+
+
+class Counters:
+    """Mutable event counts; ``fallbacks`` counts per op name."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        for name in _NAMES:
+            setattr(self, name, 0)
+        self.fallbacks: collections.Counter[str] = collections.Counter()
+
+    def snapshot(self) -> dict[str, Any]:
+        data: dict[str, Any] = {name: getattr(self, name) for name in _NAMES}
+        data["fallbacks"] = dict(self.fallbacks)
+        return data
+
+
+counters = Counters()
+
+
+def stats() -> dict[str, Any]:
+    """A copy of the counters.
+
+    ``host_transfers`` / ``host_transfer_bytes`` count tensor data that crossed between host and
+    device (uploads and reads); ``scalar_uploads`` counts the 0-d buffers made for Python scalars
+    that kernels take as runtime arguments, which are launch parameters rather than tensor data.
+    """
+    return counters.snapshot()
+
+
+def reset_stats() -> None:
+    """Zero every counter."""
+    counters.reset()

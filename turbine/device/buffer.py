@@ -1,0 +1,84 @@
+"""Device buffers and the only two ways bytes cross between host and device.
+
+A :class:`Buffer` is immutable once its ``ready`` fence is reached: turbine never writes into a
+buffer a kernel produced; in-place ops make a new buffer and swap it in. That is why buffers can
+be shared freely between storages and no write-after-read ordering is needed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import iree.runtime as rt
+
+from turbine.counters import counters
+
+_HOST_VISIBLE = int(rt.MemoryType.HOST_VISIBLE)
+
+
+class Buffer:
+    """A HAL buffer on one device plus the fence that signals when its contents are valid."""
+
+    __slots__ = ("device", "hal", "nbytes", "ready")
+
+    def __init__(self, device: "Device", hal: rt.HalBuffer, ready: rt.HalFence | None = None) -> None:  # noqa: F821
+        self.device = device
+        self.hal = hal
+        self.nbytes = hal.byte_length()
+        self.ready = ready
+
+    def wait(self) -> None:
+        """Block the host until the buffer's producer finished (a failed kernel raises here)."""
+        if self.ready is not None:
+            self.ready.wait()
+            self.ready = None
+
+
+def upload(device: "Device", array: np.ndarray) -> Buffer:  # noqa: F821
+    """Copy a host array into a new device buffer (one counted host transfer)."""
+    data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    nbytes = max(data.nbytes, 1)
+    if data.nbytes == 0:
+        hal = device.allocator.allocate_buffer(
+            memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT, allocation_size=nbytes
+        )
+    else:
+        view = device.allocator.allocate_buffer_copy(
+            memory_type=rt.MemoryType.DEVICE_LOCAL,
+            allowed_usage=rt.BufferUsage.DEFAULT,
+            device=device.hal,
+            buffer=data,
+            element_type=rt.HalElementType.UINT_8,
+        )
+        hal = view.get_buffer()
+        counters.host_transfers += 1
+        counters.host_transfer_bytes += data.nbytes
+    return Buffer(device, hal)
+
+
+def upload_scalar(device: "Device", array: np.ndarray) -> Buffer:  # noqa: F821
+    """Copy a 0-d scalar argument to the device; counted apart from tensor data (``scalar_uploads``)."""
+    view = device.allocator.allocate_buffer_copy(
+        memory_type=rt.MemoryType.DEVICE_LOCAL,
+        allowed_usage=rt.BufferUsage.DEFAULT,
+        device=device.hal,
+        buffer=np.ascontiguousarray(array).reshape(-1).view(np.uint8),
+        element_type=rt.HalElementType.UINT_8,
+    )
+    counters.scalar_uploads += 1
+    return Buffer(device, view.get_buffer())
+
+
+def download(buffer: Buffer, nbytes: int | None = None) -> np.ndarray:
+    """Wait for the buffer and copy its first ``nbytes`` to a new host uint8 array (one counted transfer)."""
+    buffer.wait()
+    nbytes = buffer.nbytes if nbytes is None else nbytes
+    if nbytes == 0:
+        return np.empty(0, np.uint8)
+    source = buffer.hal
+    if not int(source.memory_type()) & _HOST_VISIBLE:
+        source = buffer.device.staging_copy(source, nbytes)
+    mapped = source.map()
+    out = np.array(mapped.asarray((source.byte_length(),), np.dtype(np.uint8))[:nbytes], copy=True)
+    counters.host_transfers += 1
+    counters.host_transfer_bytes += nbytes
+    return out

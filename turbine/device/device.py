@@ -1,0 +1,98 @@
+"""An opened IREE device: driver, HAL device, VM instance, allocator and fences.
+
+This layer knows nothing of torch ops; eager/ maps each Device to a ``torch.device("turbine", k)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import iree.runtime as rt
+
+from turbine.device.names import DeviceSpec
+
+log = logging.getLogger("turbine")
+
+#: Options a device takes as keyword arguments when opened, with what each means.
+DEVICE_OPTIONS = {
+    "target": "compiler target architecture for this device's kernels (e.g. 'sm_80', 'gfx942', 'host')",
+    "compiler_flags": "extra IREE compiler flags for this device's kernels (a list of strings)",
+}
+
+_instance_lock = threading.Lock()
+_vm_instance: rt.VmInstance | None = None
+
+
+def vm_instance() -> rt.VmInstance:
+    """The process's single VM instance, shared by every device and kernel."""
+    global _vm_instance
+    with _instance_lock:
+        if _vm_instance is None:
+            _vm_instance = rt.VmInstance()
+        return _vm_instance
+
+
+class Device:
+    """One IREE device. ``index`` is its torch index: the k in ``torch.device("turbine", k)``."""
+
+    def __init__(self, spec: DeviceSpec, hal: rt.HalDevice, index: int, options: dict[str, Any]) -> None:
+        unknown = sorted(set(options) - set(DEVICE_OPTIONS))
+        if unknown:
+            known = ", ".join(f"{k} ({v})" for k, v in DEVICE_OPTIONS.items())
+            raise TypeError(f"turbine device {spec.canonical} got unknown option(s) {unknown}; known options: {known}")
+        self.spec = spec
+        self.name = spec.canonical
+        self.kind = spec.kind
+        self.driver = spec.driver
+        self.index = index
+        self.options = dict(options)
+        self.hal = hal
+        self.allocator = hal.allocator
+        self.instance = vm_instance()
+        self.hal_module = rt.create_hal_module(self.instance, hal)
+        #: DLPack device type code: 1 is kDLCPU, 2 kDLCUDA, 10 kDLROCM, 7 kDLVulkan.
+        self.dlpack_type = {"cpu": 1, "cuda": 2, "hip": 10, "vulkan": 7}[spec.kind]
+        self._stack: list[Device] = []
+
+    def __repr__(self) -> str:
+        return f"turbine.Device({self.name!r}, index={self.index})"
+
+    def new_fence(self) -> rt.HalFence:
+        """A fence an op signals when its results are ready.
+
+        Each op gets its own semaphore: kernels may finish out of order on multi-queue drivers, and
+        signalling one shared timeline out of order fails ("semaphore already signaled past").
+        """
+        return rt.HalFence.create_at(self.hal.create_semaphore(0), 1)
+
+    def staging_copy(self, source: rt.HalBuffer, nbytes: int) -> rt.HalBuffer:
+        """Copy device-local memory into a new host-visible buffer and wait for it."""
+        staging = self.allocator.allocate_buffer(
+            memory_type=rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE,
+            allowed_usage=rt.BufferUsage.TRANSFER | rt.BufferUsage.MAPPING,
+            allocation_size=max(nbytes, 1),
+        )
+        done = self.new_fence()
+        self.hal.queue_copy(source, staging, rt.HalFence(0), done)
+        done.wait()
+        return staging
+
+    def allocate(self, nbytes: int) -> rt.HalBuffer:
+        """An uninitialised device buffer (what ``torch.empty`` gives)."""
+        return self.allocator.allocate_buffer(
+            memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT, allocation_size=max(nbytes, 1)
+        )
+
+    # ``with turbine.device("turbine:cpu1"):`` makes this the device plain "turbine" means.
+    def __enter__(self) -> "Device":
+        from turbine.device import registry
+
+        registry.push_current(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from turbine.device import registry
+
+        registry.pop_current(self)

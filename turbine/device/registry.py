@@ -1,0 +1,121 @@
+"""Which devices are open, their torch indices, and the current device.
+
+Devices open lazily on first use of their name and stay open for the process; the k-th device
+opened is ``torch.device("turbine", k)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import iree.runtime as rt
+
+from turbine.config import config
+from turbine.device.device import Device
+from turbine.device.names import DRIVERS, DeviceSpec, parse
+from turbine.errors import DeviceNotFoundError
+
+log = logging.getLogger("turbine")
+
+_lock = threading.RLock()
+_by_name: dict[str, Device] = {}
+_by_index: list[Device] = []
+_current = threading.local()
+_drivers: dict[str, rt.HalDriver] = {}
+
+
+def _driver(name: str) -> rt.HalDriver:
+    if name not in _drivers:
+        _drivers[name] = rt.get_driver(name)
+    return _drivers[name]
+
+
+def _gpu_count(driver: str) -> int:
+    """How many devices a GPU driver reports here (0 when the driver or its library is missing)."""
+    if driver not in rt.query_available_drivers():
+        return 0
+    try:
+        return len(_driver(driver).query_available_devices())
+    except Exception:  # a missing CUDA/HIP/Vulkan library raises from the driver factory
+        return 0
+
+
+def available() -> list[str]:
+    """Names of the devices that can be opened on this machine."""
+    names = ["turbine:cpu", "turbine:cpu:sync"]
+    for kind in ("cuda", "hip", "vulkan"):
+        names += [f"turbine:{kind}{i}" for i in range(_gpu_count(DRIVERS[kind]))]
+    return names
+
+
+def _create_hal(spec: DeviceSpec) -> rt.HalDevice:
+    if spec.kind == "cpu":
+        return _driver(spec.driver).create_default_device()
+    count = _gpu_count(spec.driver)
+    if spec.ordinal >= count:
+        raise DeviceNotFoundError(
+            f"Cannot open {spec.canonical}: the IREE '{spec.driver}' driver "
+            + (f"reports {count} device(s)" if count else "is not usable on this machine")
+            + f". Devices that can be opened: {', '.join(available())}."
+        )
+    info = _driver(spec.driver).query_available_devices()[spec.ordinal]
+    return _driver(spec.driver).create_device(info["device_id"])
+
+
+def open_device(name: str, **options: Any) -> Device:
+    """The Device for a name, opening it on first use. Options apply when the device is first opened."""
+    spec = parse(name)
+    if spec.kind is None:
+        return by_index(spec.torch_index) if spec.torch_index is not None else current()
+    with _lock:
+        device = _by_name.get(spec.canonical)
+        if device is None:
+            hal = _create_hal(spec)
+            device = Device(spec, hal, len(_by_index), options)
+            _by_name[spec.canonical] = device
+            _by_index.append(device)
+            log.info("opened %s (IREE driver %s) as torch index %d", device.name, spec.driver, device.index)
+        elif options and options != device.options:
+            raise ValueError(
+                f"{device.name} is already open with options {device.options}; options apply only when a device "
+                "is first opened (restart the process to change them)."
+            )
+        return device
+
+
+def by_index(index: int) -> Device:
+    """The device behind ``torch.device("turbine", index)``."""
+    with _lock:
+        if 0 <= index < len(_by_index):
+            return _by_index[index]
+    opened = ", ".join(f"{d.index}={d.name}" for d in opened_devices()) or "none"
+    raise DeviceNotFoundError(
+        f"turbine:{index} is not an opened turbine device (opened: {opened}). Use a name such as 'turbine:cpu'."
+    )
+
+
+def opened_devices() -> list[Device]:
+    with _lock:
+        return list(_by_index)
+
+
+def current() -> Device:
+    """The device plain ``"turbine"`` means: the innermost ``with device``, else ``config.default_device``."""
+    stack = getattr(_current, "stack", None)
+    if stack:
+        return stack[-1]
+    return open_device(config.default_device)
+
+
+def push_current(device: Device) -> None:
+    if not hasattr(_current, "stack"):
+        _current.stack = []
+    _current.stack.append(device)
+
+
+def pop_current(device: Device) -> None:
+    stack = getattr(_current, "stack", [])
+    if stack and stack[-1] is device:
+        stack.pop()

@@ -1,0 +1,55 @@
+"""Registering "turbine" as torch's PrivateUse1 backend, so torch.device("turbine", k) and autograd work."""
+
+from __future__ import annotations
+
+import torch
+
+from turbine.device import registry
+
+BACKEND = "turbine"
+
+
+class _BackendModule:
+    """What torch looks up as ``torch.turbine`` (device counts, seeding, availability)."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def device_count() -> int:
+        return max(1, len(registry.opened_devices()))
+
+    @staticmethod
+    def current_device() -> int:
+        return registry.current().index
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        """Random factories draw from torch's CPU generator, which torch.manual_seed already seeds."""
+
+    @staticmethod
+    def get_amp_supported_dtype() -> list[torch.dtype]:
+        return [torch.float16, torch.bfloat16]
+
+
+def register() -> None:
+    """Rename PrivateUse1 to "turbine" with a Python device guard and hooks (once per process).
+
+    Without the guard and hooks, ``loss.backward()`` aborts the process ("PyTorch is not linked
+    with support for turbine devices"). The Python guard knows a single current device, so
+    autograd's per-device worker threads are turned off: backward then runs on the calling
+    thread, which is correct for every turbine device (reported torch limitation).
+    """
+    if torch._C._get_privateuse1_backend_name() == BACKEND:
+        return
+    torch.utils.backend_registration._setup_privateuseone_for_python_backend(BACKEND, _BackendModule())
+    torch.autograd.set_multithreading_enabled(False)

@@ -1,0 +1,430 @@
+"""Running one aten op on a turbine device: the body of ``DeviceTensor.__torch_dispatch__``.
+
+An op call is walked into a key (op, each tensor's shape/dtype/layout, compiled-in constants,
+the kinds of runtime scalars). The first call with a key builds a plan, checked by running the
+op on meta tensors (which also gives torch's own error messages); later calls run the plan:
+
+- KernelPlan: one compiled IREE kernel (from the kernel cache) enqueued with fences;
+- ViewPlan: a view of the input's storage, no kernel;
+- MutationPlan: in-place and ``out=`` ops, as their out-of-place twin plus a write-back.
+
+A few ops that move data or need torch's CPU semantics are handled before that (SPECIAL).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from turbine.config import config
+from turbine.device import Device, upload_scalar
+from turbine.eager import host, lowering
+from turbine.eager.dtypes import ELEMENT_TYPES, check_dtype
+from turbine.eager.launch import launch, result_buffer
+from turbine.eager.schema import OpSchema, functional_variant, schema_of
+from turbine.eager.signature import Leaves, rebuild, walk
+from turbine.eager.tensor import DeviceTensor, Storage, numel_of, wrap
+from turbine.eager.transfer import to_device, to_host
+from turbine.eager.views import dense, meta_like, write
+from turbine.errors import CompileError, UnsupportedOpError
+from turbine.kernels_cache import kernel_cache
+
+import iree.runtime as rt
+
+log = logging.getLogger("turbine")
+aten = torch.ops.aten
+
+_plans: dict[tuple, Callable] = {}
+
+
+def run(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+    """Run ``func`` on turbine tensors; the result is made of new or updated DeviceTensors."""
+    special = SPECIAL.get(func)
+    if special is not None:
+        return special(func, args, kwargs)
+    return _plan_and_run(func, args, kwargs)
+
+
+def _plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Run ``func`` through the plan its key selects, building the plan on the first call."""
+    schema = schema_of(func)
+    leaves = walk(func, schema, args, kwargs)
+    key = tuple(leaves.key)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _build_plan(func, schema, args, kwargs, leaves)
+    return plan(leaves, args, kwargs)
+
+
+def clear_plans() -> None:
+    """Forget every plan (tests use it to show that kernels come back from the kernel cache)."""
+    _plans.clear()
+
+
+# --- building plans -------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """A key with only plain values, for the kernel cache's on-disk digest."""
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, (int, float, bool, str)) or value is None:
+        return value
+    if isinstance(value, type):
+        return value.__name__
+    return str(value)
+
+
+def _describe(func: Any, leaves: Leaves) -> str:
+    inputs = ", ".join(f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}" for t in leaves.tensors)
+    return f"{func}({inputs})"
+
+
+def _host_devices(value: Any, replacement: str) -> Any:
+    """Replace turbine torch.device arguments: traces and meta runs happen off the device."""
+    if isinstance(value, torch.device) and value.type == "turbine":
+        return torch.device(replacement)
+    return value
+
+
+def _meta_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Any:
+    meta_args, meta_kwargs = rebuild(schema, args, kwargs, meta_like, lambda value: value)
+    meta_kwargs = {name: _host_devices(value, "meta") for name, value in meta_kwargs.items()}
+    try:
+        return func(*meta_args, **meta_kwargs)
+    except NotImplementedError as error:
+        raise UnsupportedOpError(
+            f"{func} cannot run on turbine: torch has no shape rule for it (its output shape may depend on the "
+            f"data). {str(error).splitlines()[0]}"
+        ) from None
+    except Exception as error:
+        if "data-dependent" in str(error) or type(error).__name__ == "DynamicOutputShapeException":
+            raise UnsupportedOpError(
+                f"{func} has an output shape that depends on the data, which single-op IREE kernels cannot express "
+                "yet. Move the tensor to the CPU for this op (.cpu())."
+            ) from None
+        raise
+
+
+def _build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves) -> Callable:
+    if leaves.device is None:
+        raise UnsupportedOpError(f"{func} reached turbine without a turbine tensor argument")
+    meta_out = _meta_call(func, schema, args, kwargs)
+    if schema.written:
+        return _mutation_plan(func, schema)
+    if schema.aliased_output:
+        return _view_plan(func, leaves, meta_out)
+    return _kernel_plan(func, schema, args, kwargs, leaves, meta_out)
+
+
+def _outputs(meta_out: Any) -> tuple[list, Callable[[list], Any]]:
+    """The output tensors of a meta result (None kept as None) and how to rebuild the structure."""
+    if isinstance(meta_out, torch.Tensor):
+        return [meta_out], lambda outs: outs[0]
+    if isinstance(meta_out, (tuple, list)) and all(o is None or isinstance(o, torch.Tensor) for o in meta_out):
+        kind = type(meta_out)
+        if kind is list:
+            return list(meta_out), lambda outs: outs
+        return list(meta_out), lambda outs: tuple(outs)
+    raise UnsupportedOpError(f"turbine cannot return {type(meta_out).__name__} results yet")
+
+
+class _ViewPlan:
+    """Outputs share the first input's storage with the geometry torch's meta kernel gave."""
+
+    def __init__(self, geometries: list, structure: Callable) -> None:
+        self.geometries = geometries
+        self.structure = structure
+
+    def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        storage = leaves.tensors[0]._storage
+        outs = [DeviceTensor(storage, sizes, strides, offset) for sizes, strides, offset in self.geometries]
+        return self.structure(outs)
+
+
+def _view_plan(func: Any, leaves: Leaves, meta_out: Any) -> _ViewPlan:
+    metas, structure = _outputs(meta_out)
+    storage_dtype = leaves.tensors[0].dtype
+    for meta in metas:
+        if meta.dtype != storage_dtype:
+            raise UnsupportedOpError(f"{func}: views that reinterpret {storage_dtype} as {meta.dtype} are not supported")
+    geometries = [(tuple(m.shape), tuple(m.stride()), m.storage_offset()) for m in metas]
+    return _ViewPlan(geometries, structure)
+
+
+def _mutation_plan(func: Any, schema: OpSchema) -> Callable:
+    """In-place (``add_``) and ``out=`` ops: run the out-of-place twin, then write into the targets."""
+    functional = functional_variant(func)
+    if functional is None:
+        raise UnsupportedOpError(f"{func} writes its arguments and has no out-of-place twin turbine can run")
+    out_names = schema.out_names
+
+    def plan(leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names}
+        result = run(functional, args, call_kwargs)
+        values = result if isinstance(result, (tuple, list)) else (result,)
+        if out_names:
+            targets = [kwargs[name] for name in out_names]
+        else:
+            targets = [args[i] for i in schema.written]
+        for target, value in zip(targets, values):
+            _write_result(func, target, value)
+        if out_names:
+            return targets[0] if len(targets) == 1 else tuple(targets)
+        return targets[0]
+
+    return plan
+
+
+def _write_result(func: Any, target: DeviceTensor, value: DeviceTensor) -> None:
+    if tuple(value.shape) != tuple(target.shape):
+        raise UnsupportedOpError(
+            f"{func}: the out= tensor has shape {list(target.shape)} but the result has {list(value.shape)}; "
+            "turbine cannot resize out= tensors yet, pass one of the result's shape."
+        )
+    if value.dtype != target.dtype:
+        value = aten._to_copy.default(value, dtype=target.dtype)
+    write(target, dense(value))
+
+
+class _KernelPlan:
+    """One compiled kernel: dense inputs, runtime scalars as 0-d buffers, fresh dense outputs."""
+
+    def __init__(self, device: Device, kernel: Any, scalar_dtypes: list, outputs: list, structure: Callable) -> None:
+        self.device = device
+        self.kernel = kernel
+        self.scalar_dtypes = scalar_dtypes
+        self.outputs = outputs  # (sizes, dtype) or None per output
+        self.structure = structure
+
+    def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        device = self.device
+        views = []
+        buffers = []
+        for tensor in leaves.tensors:
+            if not tensor._dense:
+                tensor = dense(tensor)
+            views.append(tensor.buffer_view())
+            buffers.append(tensor._storage.buffer)
+        for value, dtype in zip(leaves.scalars, self.scalar_dtypes):
+            views.append(scalar_view(device, value, dtype))
+        results, ready = launch(self.kernel, device, views, buffers)
+        outs = []
+        index = 0
+        for output in self.outputs:
+            if output is None:
+                outs.append(None)
+                continue
+            buffer, view = result_buffer(device, results, index, ready)
+            outs.append(wrap(buffer, output[1], output[0], view))
+            index += 1
+        return self.structure(outs)
+
+
+def _scalar_reference(leaves: Leaves) -> torch.Tensor | None:
+    """The tensor a Python number promotes against: the first non-bool device tensor, else the first."""
+    for tensor in leaves.tensors:
+        if tensor.dtype != torch.bool:
+            return torch.empty((), dtype=tensor.dtype)
+    return torch.empty((), dtype=leaves.tensors[0].dtype) if leaves.tensors else None
+
+
+def _scalar_dtype(value: Any, reference: torch.Tensor | None) -> torch.dtype:
+    """A runtime scalar's dtype: a 0-d tensor keeps its own; a number takes what torch promotes it to."""
+    if isinstance(value, torch.Tensor):
+        return value.dtype
+    if reference is None:
+        return torch.tensor(value).dtype
+    return torch.result_type(reference, value)
+
+
+def _fold_alpha(func: Any, call_args: list, call_kwargs: dict) -> None:
+    """add/sub's runtime ``alpha`` multiplies the operand it scales, then leaves the call."""
+    if "alpha" in call_kwargs:
+        alpha = call_kwargs.pop("alpha")
+    elif len(call_args) > 2:
+        alpha = call_args.pop(2)
+    else:
+        return
+    scaled = 0 if func.overloadpacket.__name__ == "rsub" else 1
+    call_args[scaled] = aten.mul.Tensor(call_args[scaled], alpha)
+
+
+def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, meta_out: Any) -> _KernelPlan:
+    device = leaves.device
+    metas, structure = _outputs(meta_out)
+    for meta in metas:
+        if meta is not None:
+            check_dtype(meta.dtype, f"the result of {func}")
+    reference = _scalar_reference(leaves)
+    scalar_dtypes = [check_dtype(_scalar_dtype(v, reference), f"a scalar argument of {func}") for v in leaves.scalars]
+    inputs = [(tuple(t.shape), t.dtype) for t in leaves.tensors] + [((), d) for d in scalar_dtypes]
+    target = schema.twin or func
+    count = len(leaves.tensors)
+
+    def traced(*values: torch.Tensor) -> list[torch.Tensor]:
+        tensors = iter(values[:count])
+        scalars = iter(values[count:])
+        call_args, call_kwargs = rebuild(schema, args, kwargs, lambda _: next(tensors), lambda _: next(scalars))
+        call_kwargs = {name: _host_devices(value, "cpu") for name, value in call_kwargs.items()}
+        if "alpha" in schema.runtime_scalars:
+            _fold_alpha(func, call_args, call_kwargs)
+        out = target(*call_args, **call_kwargs)
+        outs = [out] if isinstance(out, torch.Tensor) else list(out)
+        return [o for o in outs if o is not None]
+
+    signature = _plain(tuple(leaves.key)) + (tuple(str(d) for d in scalar_dtypes),)
+    describe = _describe(func, leaves)
+    try:
+        kernel = kernel_cache.kernel(signature, device, lambda: lowering.lower(traced, inputs), describe)
+    except CompileError as direct:
+        if func not in lowering.decompositions():
+            raise
+        try:
+            kernel = kernel_cache.kernel(
+                signature + ("decomposed",), device, lambda: lowering.lower(traced, inputs, decompose=True), describe
+            )
+        except CompileError:
+            raise direct from None
+    outputs = [None if m is None else (tuple(m.shape), m.dtype) for m in metas]
+    return _KernelPlan(device, kernel, scalar_dtypes, outputs, structure)
+
+
+# --- runtime scalars ------------------------------------------------------------------------
+
+_scalar_buffers: dict[tuple, rt.HalBufferView] = {}
+
+
+def scalar_view(device: Device, value: Any, dtype: torch.dtype) -> rt.HalBufferView:
+    """A 0-d device buffer holding a runtime scalar (Python numbers are reused from a small cache)."""
+    if isinstance(value, torch.Tensor):
+        return _upload_scalar(device, value.to(dtype))
+    key = (device.index, type(value), value, dtype)
+    view = _scalar_buffers.get(key)
+    if view is None:
+        if len(_scalar_buffers) >= config.scalar_cache_size:
+            _scalar_buffers.pop(next(iter(_scalar_buffers)))
+        view = _scalar_buffers[key] = _upload_scalar(device, torch.tensor(value, dtype=dtype))
+    return view
+
+
+def _upload_scalar(device: Device, value: torch.Tensor) -> rt.HalBufferView:
+    raw = value.reshape(1).view(torch.uint8).numpy()
+    buffer = upload_scalar(device, np.ascontiguousarray(raw))
+    return rt.HalBufferView(buffer.hal, [], ELEMENT_TYPES[value.dtype])
+
+
+# --- ops handled before planning --------------------------------------------------------------
+
+
+def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
+    source = args[0]
+    target = kwargs.get("device")
+    dtype = kwargs.get("dtype") or source.dtype
+    if target is None or (target.type == "turbine" and target.index == source._storage.device.index):
+        same = {k: v for k, v in kwargs.items() if k != "device"}
+        return _plan_and_run(func, args, same)
+    host_copy = to_host(source).to(dtype)
+    if target.type == "cpu":
+        return host_copy
+    if target.type == "turbine":
+        from turbine.device import by_index
+
+        return to_device(host_copy, by_index(target.index))
+    raise RuntimeError(f"turbine cannot copy a tensor to {target}; copy it to the CPU first (.cpu())")
+
+
+def _copy_(func: Any, args: tuple, kwargs: dict) -> Any:
+    destination, source = args[0], args[1]
+    if not isinstance(destination, DeviceTensor):
+        return destination.copy_(to_host(source))
+    device = destination._storage.device
+    if not isinstance(source, DeviceTensor) and isinstance(source, torch.Tensor) and source.dim() > 0:
+        source = to_device(source.to(destination.dtype), device)
+    elif isinstance(source, DeviceTensor) and source._storage.device is not device:
+        source = to_device(to_host(source), device)
+    return _plan_and_run(func, (destination, source) + tuple(args[2:]), kwargs)
+
+
+def _item(func: Any, args: tuple, kwargs: dict) -> Any:
+    return to_host(args[0]).item()
+
+
+def _empty(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Uninitialised tensors: a fresh buffer, no kernel."""
+    schema = schema_of(func)
+    leaves = walk(func, schema, args, kwargs)
+    meta = _meta_call(func, schema, args, kwargs)
+    check_dtype(meta.dtype)
+    device = leaves.device
+    sizes = tuple(meta.shape)
+    from turbine.device import Buffer
+
+    buffer = Buffer(device, device.allocate(numel_of(sizes) * meta.element_size()))
+    return DeviceTensor(Storage(device, meta.dtype, numel_of(sizes), buffer), sizes)
+
+
+def _random(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Random ops draw from torch's CPU generator, so seeds give torch's CPU numbers."""
+    return host.run_on_host(func, args, kwargs)
+
+
+def _decompose(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Ops best run as their torch decomposition, op by op on the device (dropout's mask, say)."""
+    return torch._decomp.decomposition_table[func](*args, **kwargs)
+
+
+def _foreach(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``_foreach_op`` (what optimizers use) as one ``op`` per list element."""
+    name = func.overloadpacket.__name__[len("_foreach_") :]
+    packet = getattr(aten, name)
+    lists = [i for i, a in enumerate(args) if isinstance(a, (list, tuple))]
+    length = len(args[lists[0]])
+    results = []
+    for i in range(length):
+        call = [a[i] if j in lists else a for j, a in enumerate(args)]
+        overload = _elementwise_overload(packet, call, kwargs)
+        results.append(overload(*call, **kwargs))
+    return None if func._schema.returns == [] or not func._schema.returns else results
+
+
+def _elementwise_overload(packet: Any, call: list, kwargs: dict) -> Any:
+    """The overload of ``packet`` whose schema accepts these arguments (Tensor or Scalar forms)."""
+    wanted = "Tensor" if len(call) < 2 or isinstance(call[1], torch.Tensor) else "Scalar"
+    for name in (wanted, "default", "Tensor", "Scalar"):
+        if name in packet.overloads():
+            return getattr(packet, name)
+    raise UnsupportedOpError(f"no overload of {packet} for foreach arguments")
+
+
+_RANDOM = [
+    "uniform_.default", "normal_.default", "bernoulli_.float", "bernoulli_.Tensor", "bernoulli.default",
+    "bernoulli.p", "random_.default", "random_.from", "random_.to", "exponential_.default", "geometric_.default",
+    "log_normal_.default", "cauchy_.default", "rand_like.default", "randn_like.default", "randint_like.default",
+    "randint_like.low_dtype", "multinomial.default", "normal.Tensor_float", "normal.float_Tensor",
+    "normal.Tensor_Tensor", "poisson.default",
+]
+_EMPTY = ["empty_like.default", "new_empty.default", "new_empty_strided.default", "empty.memory_format"]
+
+
+def _resolve(name: str) -> Any:
+    packet, overload = name.split(".")
+    return getattr(getattr(aten, packet), overload)
+
+
+SPECIAL: dict[Any, Callable] = {
+    aten._to_copy.default: _to_copy,
+    aten.copy_.default: _copy_,
+    aten._local_scalar_dense.default: _item,
+    aten.native_dropout.default: _decompose,
+    **{_resolve(name): _random for name in _RANDOM},
+    **{_resolve(name): _empty for name in _EMPTY},
+}
+for _name in dir(aten):
+    if _name.startswith("_foreach_"):
+        _packet = getattr(aten, _name)
+        for _overload in _packet.overloads():
+            SPECIAL[getattr(_packet, _overload)] = _foreach

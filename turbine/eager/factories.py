@@ -1,0 +1,89 @@
+"""Creating tensors on a turbine device from torch's factory functions (``torch.zeros(..., device=)``).
+
+- Random factories run on torch's CPU generator and are uploaded, so a seed gives torch's numbers.
+- Factories that copy host data (``torch.tensor``, ``as_tensor``) upload it.
+- ``empty`` allocates; every other factory is a compiled kernel with no inputs, cached by its
+  arguments, so ``torch.zeros(1000, 1000, device=...)`` moves no data from the host.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from turbine.device import Buffer, Device
+from turbine.eager import lowering
+from turbine.eager.dtypes import check_dtype
+from turbine.eager.launch import launch, result_buffer
+from turbine.eager.tensor import DeviceTensor, Storage, numel_of, wrap
+from turbine.eager.transfer import to_device
+from turbine.kernels_cache import kernel_cache
+
+RANDOM = {
+    "rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "poisson",
+    "rand_like", "randn_like", "randint_like",
+}
+FROM_DATA = {"tensor", "as_tensor", "asarray", "from_numpy", "frombuffer"}
+EMPTY = {"empty", "empty_strided", "empty_like"}
+# ``*_like`` of a CPU tensor on a turbine device is the plain factory of that tensor's shape.
+LIKE = {"zeros_like": torch.zeros, "ones_like": torch.ones, "full_like": torch.full, "empty_like": torch.empty}
+
+_kernels: dict[tuple, tuple] = {}
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, (list, tuple, torch.Size)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format, torch.device)):
+        return str(value)
+    return value
+
+
+def create(func: Callable, args: tuple, kwargs: dict, device: Device) -> torch.Tensor:
+    """Run a factory function for ``device``; honours ``requires_grad=``."""
+    kwargs = dict(kwargs)
+    kwargs.pop("device", None)
+    requires_grad = kwargs.pop("requires_grad", False)
+    kwargs.pop("pin_memory", None)
+    name = getattr(func, "__name__", "")
+    if name in LIKE and args and isinstance(args[0], torch.Tensor) and not isinstance(args[0], DeviceTensor):
+        like = args[0]
+        kwargs.setdefault("dtype", like.dtype)
+        kwargs.pop("memory_format", None)
+        func, args = LIKE[name], (tuple(like.shape),) + tuple(args[1:])
+        name = func.__name__
+    if isinstance(args[0] if args else None, DeviceTensor):
+        result = func(*args, device=torch.device("turbine", device.index), **kwargs)
+    elif name in RANDOM or name in FROM_DATA:
+        result = to_device(func(*args, device="cpu", **kwargs), device)
+    elif name in EMPTY:
+        meta = func(*args, device="meta", **kwargs)
+        check_dtype(meta.dtype)
+        buffer = Buffer(device, device.allocate(meta.numel() * meta.element_size()))
+        result = DeviceTensor(Storage(device, meta.dtype, meta.numel(), buffer), tuple(meta.shape))
+    else:
+        result = _run_factory_kernel(func, name, args, kwargs, device)
+    if requires_grad:
+        result.requires_grad_(True)
+    return result
+
+
+def _run_factory_kernel(func: Callable, name: str, args: tuple, kwargs: dict, device: Device) -> DeviceTensor:
+    key = (name, _freeze(args), _freeze(sorted(kwargs.items())), device.index)
+    entry = _kernels.get(key)
+    if entry is None:
+        meta = func(*args, device="meta", **kwargs)
+        check_dtype(meta.dtype, f"the result of torch.{name}")
+        sizes = tuple(meta.shape)
+        kernel = kernel_cache.kernel(
+            ("factory",) + key[:3],
+            device,
+            lambda: lowering.lower(lambda: [func(*args, device="cpu", **kwargs)], []),
+            f"torch.{name}{_freeze(args)}",
+        )
+        entry = _kernels[key] = (kernel, sizes, meta.dtype)
+    kernel, sizes, dtype = entry
+    results, ready = launch(kernel, device, [], [])
+    buffer, view = result_buffer(device, results, 0, ready)
+    return wrap(buffer, dtype, sizes, view)

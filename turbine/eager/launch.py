@@ -1,0 +1,37 @@
+"""Enqueueing one kernel on a device: inputs' fences in, a fresh fence out, no host wait."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import iree.runtime as rt
+
+from turbine.counters import counters
+from turbine.device import Buffer, Device
+from turbine.kernels_cache import Kernel
+
+_NO_WAIT = rt.HalFence(0)
+
+
+def wait_fence(buffers: Sequence[Buffer]) -> rt.HalFence:
+    """One fence that is reached when every buffer is ready."""
+    fences = [b.ready for b in buffers if b.ready is not None]
+    if not fences:
+        return _NO_WAIT
+    if len(fences) == 1:
+        return fences[0]
+    return rt.HalFence.join(fences)
+
+
+def launch(kernel: Kernel, device: Device, views: list, buffers: Sequence[Buffer]) -> tuple[rt.VmVariantList, rt.HalFence]:
+    """Enqueue ``kernel`` on ``views`` once ``buffers`` are ready; returns its results and their fence."""
+    signal = device.new_fence()
+    results = kernel.invoke(views, wait_fence(buffers), signal)
+    counters.dispatches += 1
+    return results, signal
+
+
+def result_buffer(device: Device, results: rt.VmVariantList, index: int, ready: rt.HalFence) -> tuple[Buffer, rt.HalBufferView]:
+    """The index-th result of a kernel as a Buffer (ready at ``ready``) and its buffer view."""
+    view = results.get_as_object(index, rt.HalBufferView)
+    return Buffer(device, view.get_buffer(), ready), view

@@ -1,0 +1,97 @@
+"""The TorchFunctionMode that lets torch accept turbine device strings.
+
+``torch.device("turbine:cuda0")`` cannot parse, but a TorchFunctionMode sees
+``torch.ones(2, device="turbine:cuda0")`` and ``x.to("turbine:cpu")`` before torch parses the
+device, so it routes them here. It is entered once at ``import turbine`` and stays active.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from turbine.device import Device, open_device
+from turbine.device.registry import by_index
+from turbine.eager import factories
+from turbine.eager.tensor import DeviceTensor
+from turbine.eager.transfer import to_device, to_host
+
+
+def turbine_device(value: Any) -> Device | None:
+    """The Device a device argument names, or None when it is not a turbine device."""
+    if isinstance(value, Device):
+        return value
+    if isinstance(value, str):
+        return open_device(value) if value.startswith("turbine") else None
+    if isinstance(value, torch.device) and value.type == "turbine":
+        return by_index(value.index or 0)
+    return None
+
+
+class _ToDevice(torch.autograd.Function):
+    """Upload with a backward that brings the gradient back to the CPU (like ``.cuda()``)."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, device: Device) -> DeviceTensor:
+        return to_device(tensor, device)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:
+        return (to_host(grad) if isinstance(grad, DeviceTensor) else grad), None
+
+
+def _parse_to(args: tuple, kwargs: dict) -> tuple[Any, torch.dtype | None, dict]:
+    """The device and dtype of a ``Tensor.to`` call, and its other keyword arguments."""
+    device = kwargs.get("device")
+    dtype = kwargs.get("dtype")
+    rest = {k: v for k, v in kwargs.items() if k not in ("device", "dtype")}
+    for value in args:
+        if isinstance(value, torch.dtype):
+            dtype = value
+        elif isinstance(value, (str, torch.device, Device)):
+            device = value
+        elif isinstance(value, torch.Tensor):
+            device, dtype = value.device, value.dtype
+    return device, dtype, rest
+
+
+def _tensor_to(tensor: torch.Tensor, device: Device, dtype: torch.dtype | None, rest: dict) -> torch.Tensor:
+    target = torch.device("turbine", device.index)
+    if isinstance(tensor, DeviceTensor):
+        return torch.Tensor.to(tensor, target, dtype or tensor.dtype, **rest)
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    if dtype is not None:
+        tensor = tensor.to(dtype)
+    if tensor.requires_grad and torch.is_grad_enabled():
+        return _ToDevice.apply(tensor, device)
+    return to_device(tensor, device)
+
+
+class DeviceMode(TorchFunctionMode):
+    """Routes calls that name a turbine device; every other call passes straight through."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.to or func is torch.Tensor.cuda:
+            device, dtype, rest = _parse_to(args[1:], kwargs)
+            target = turbine_device(device)
+            if target is not None:
+                return _tensor_to(args[0], target, dtype, rest)
+        elif "device" in kwargs:
+            target = turbine_device(kwargs["device"])
+            if target is not None:
+                return factories.create(func, args, kwargs, target)
+        return func(*args, **kwargs)
+
+
+_mode = DeviceMode()
+
+
+def install() -> None:
+    """Enter the mode for the rest of the process (once)."""
+    if not getattr(_mode, "_turbine_installed", False):
+        _mode.__enter__()
+        _mode._turbine_installed = True

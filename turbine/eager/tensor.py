@@ -1,0 +1,124 @@
+"""DeviceTensor: a torch wrapper tensor whose data lives in an IREE device buffer.
+
+Views follow torch: a tensor is (Storage, sizes, strides, offset), and views share the Storage.
+The Storage owns the current Buffer; an in-place op installs a new Buffer in it, so every view
+of it sees the change. Buffers themselves are never written after they are produced.
+"""
+
+from __future__ import annotations
+
+import torch
+import iree.runtime as rt
+
+from turbine.device import Buffer, Device
+from turbine.eager.dtypes import ELEMENT_TYPES
+
+
+class Storage:
+    """The memory behind a tensor and all its views: ``numel`` elements of ``dtype`` in ``buffer``."""
+
+    __slots__ = ("device", "dtype", "numel", "buffer", "__weakref__")
+
+    def __init__(self, device: Device, dtype: torch.dtype, numel: int, buffer: Buffer) -> None:
+        self.device = device
+        self.dtype = dtype
+        self.numel = numel
+        self.buffer = buffer
+
+
+def contiguous_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    strides = []
+    step = 1
+    for size in reversed(sizes):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def numel_of(sizes: tuple[int, ...]) -> int:
+    count = 1
+    for size in sizes:
+        count *= size
+    return count
+
+
+class DeviceTensor(torch.Tensor):
+    """A tensor on a turbine device. Every aten op on it runs on that device (see eager/dispatch.py)."""
+
+    __slots__ = ("_storage", "_dense", "_key", "_view_cache")
+
+    @staticmethod
+    def __new__(
+        cls,
+        storage: Storage,
+        sizes: tuple[int, ...],
+        strides: tuple[int, ...] | None = None,
+        offset: int = 0,
+        requires_grad: bool = False,
+    ) -> "DeviceTensor":
+        sizes = tuple(sizes)
+        strides = contiguous_strides(sizes) if strides is None else tuple(strides)
+        self = torch.Tensor._make_wrapper_subclass(
+            cls,
+            sizes,
+            strides=strides,
+            storage_offset=offset,
+            dtype=storage.dtype,
+            device=torch.device("turbine", storage.device.index),
+            requires_grad=requires_grad,
+        )
+        self._storage = storage
+        # Dense: the tensor is exactly its whole storage, row-major, so kernels can read the
+        # buffer as it is; any other view is gathered first (eager/views.py).
+        self._dense = offset == 0 and storage.numel == numel_of(sizes) and strides == contiguous_strides(sizes)
+        if self._dense:
+            self._key = (sizes, storage.dtype)
+        else:
+            self._key = (sizes, storage.dtype, strides, offset, storage.numel)
+        self._view_cache = None
+        return self
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return dispatch.run(func, args, kwargs or {})
+
+    @property
+    def turbine_device(self) -> Device:
+        """The IREE device holding this tensor (``.device`` gives torch's view of it)."""
+        return self._storage.device
+
+    def buffer_view(self) -> rt.HalBufferView:
+        """This dense tensor's buffer as a buffer view of its shape (cached until the storage changes)."""
+        buffer = self._storage.buffer
+        cached = self._view_cache
+        if cached is not None and cached[0] is buffer:
+            return cached[1]
+        view = rt.HalBufferView(buffer.hal, self.shape, ELEMENT_TYPES[self.dtype])
+        self._view_cache = (buffer, view)
+        return view
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        return formatting.tensor_repr(self)
+
+    def numpy(self, *args, **kwargs):
+        raise TypeError(
+            f"can't convert {self.turbine_device.name} device type tensor to numpy. "
+            "Use Tensor.cpu() to copy the tensor to host memory first."
+        )
+
+    def tolist(self):
+        return self.cpu().tolist()
+
+
+def wrap(buffer: Buffer, dtype: torch.dtype, sizes: tuple[int, ...], view: rt.HalBufferView | None = None) -> DeviceTensor:
+    """A new dense DeviceTensor over a buffer, optionally with its ready-made buffer view."""
+    sizes = tuple(sizes)
+    tensor = DeviceTensor(Storage(buffer.device, dtype, numel_of(sizes), buffer), sizes)
+    if view is not None:
+        tensor._view_cache = (buffer, view)
+    return tensor
+
+
+from turbine.eager import dispatch, formatting  # noqa: E402  (they need DeviceTensor defined)

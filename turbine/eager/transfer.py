@@ -1,0 +1,30 @@
+"""Moving torch tensors between the host and turbine devices: the only host<->device data paths."""
+
+from __future__ import annotations
+
+import torch
+
+from turbine.device import Device, download, upload
+from turbine.eager.dtypes import check_dtype
+from turbine.eager.tensor import DeviceTensor, wrap
+
+
+def to_device(tensor: torch.Tensor, device: Device, requires_grad: bool = False) -> DeviceTensor:
+    """Copy a CPU tensor to a device as a new dense DeviceTensor."""
+    check_dtype(tensor.dtype)
+    data = tensor.detach().contiguous()
+    raw = data.reshape(-1).view(torch.uint8).numpy() if data.numel() else data.reshape(-1).numpy()
+    result = wrap(upload(device, raw), data.dtype, tuple(data.shape))
+    if requires_grad:
+        result.requires_grad_(True)
+    return result
+
+
+def to_host(tensor: DeviceTensor) -> torch.Tensor:
+    """Copy a DeviceTensor's values to a new contiguous CPU tensor (waits for pending work)."""
+    from turbine.eager.views import dense
+
+    source = dense(tensor)
+    nbytes = source.numel() * source.element_size()
+    raw = torch.from_numpy(download(source._storage.buffer, nbytes))
+    return raw.view(tensor.dtype).reshape(tensor.shape) if nbytes else torch.empty(tensor.shape, dtype=tensor.dtype)

@@ -1,0 +1,94 @@
+"""Reading and writing views that are not their whole storage.
+
+Kernels take dense row-major buffers, and IREE's Python API cannot hand a kernel a buffer view
+that starts inside a buffer (FACTS.md). So a strided view is gathered into a dense buffer by a
+small kernel, and an in-place result on such a view is scattered back into a new storage buffer.
+Both kernels compute the flat element index of the view on the device (a 1-D index: a 0-d index
+crashes IREE 3.13's compiler), so no index data crosses from the host.
+"""
+
+from __future__ import annotations
+
+import torch
+import iree.runtime as rt
+
+from turbine.eager.dtypes import ELEMENT_TYPES
+from turbine.eager.launch import launch, result_buffer
+from turbine.eager.lowering import lower
+from turbine.eager.tensor import DeviceTensor, wrap
+from turbine.kernels_cache import kernel_cache
+
+aten = torch.ops.aten
+
+
+def meta_like(tensor: DeviceTensor) -> torch.Tensor:
+    """A meta tensor with the same sizes, strides and offset over a storage of the same length."""
+    base = torch.empty(tensor._storage.numel, dtype=tensor.dtype, device="meta")
+    return base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+
+
+def _flat_index(sizes: tuple[int, ...], strides: tuple[int, ...], offset: int) -> torch.Tensor:
+    """Inside a trace: the storage index of every element of the view, as one 1-D int64 tensor."""
+    index = torch.full((1,) * max(len(sizes), 1), offset, dtype=torch.int64)
+    for dim, (size, stride) in enumerate(zip(sizes, strides)):
+        shape = [1] * len(sizes)
+        shape[dim] = size
+        index = index + (torch.arange(size, dtype=torch.int64) * stride).reshape(shape)
+    return index.reshape(-1)
+
+
+def _flat_view(tensor: DeviceTensor) -> rt.HalBufferView:
+    storage = tensor._storage
+    return rt.HalBufferView(storage.buffer.hal, [storage.numel], ELEMENT_TYPES[storage.dtype])
+
+
+def _geometry(tensor: DeviceTensor) -> tuple:
+    return (tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset(), tensor._storage.numel, str(tensor.dtype))
+
+
+def dense(tensor: DeviceTensor) -> DeviceTensor:
+    """The tensor itself when it is its whole storage, else a dense copy of its elements."""
+    if tensor._dense:
+        return tensor
+    sizes, strides, offset, numel, _ = geometry = _geometry(tensor)
+    storage = tensor._storage
+
+    def gather(flat: torch.Tensor) -> torch.Tensor:
+        return aten.index.Tensor(flat, [_flat_index(sizes, strides, offset)]).reshape(sizes)
+
+    kernel = kernel_cache.kernel(
+        ("turbine.gather",) + geometry,
+        storage.device,
+        lambda: lower(gather, [((numel,), storage.dtype)]),
+        f"gather of a view {sizes} strides {strides} offset {offset}",
+    )
+    results, ready = launch(kernel, storage.device, [_flat_view(tensor)], [storage.buffer])
+    buffer, view = result_buffer(storage.device, results, 0, ready)
+    return wrap(buffer, tensor.dtype, sizes, view)
+
+
+def write(target: DeviceTensor, values: DeviceTensor) -> None:
+    """Make ``target`` hold ``values`` (dense, same sizes and dtype), as an in-place op does.
+
+    A target that is its whole storage takes the new buffer as it is; a partial view is scattered
+    into a new buffer for the storage, so the base and every other view see the change.
+    """
+    storage = target._storage
+    if target._dense:
+        storage.buffer = values._storage.buffer
+        return
+    sizes, strides, offset, numel, _ = geometry = _geometry(target)
+
+    def scatter(flat: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+        index = _flat_index(sizes, strides, offset)
+        return aten.index_put.default(flat, [index], update.reshape(-1))
+
+    kernel = kernel_cache.kernel(
+        ("turbine.scatter",) + geometry,
+        storage.device,
+        lambda: lower(scatter, [((numel,), storage.dtype), (sizes, storage.dtype)]),
+        f"write into a view {sizes} strides {strides} offset {offset}",
+    )
+    inputs = [_flat_view(target), values.buffer_view()]
+    results, ready = launch(kernel, storage.device, inputs, [storage.buffer, values._storage.buffer])
+    storage.buffer, _ = result_buffer(storage.device, results, 0, ready)

@@ -1,0 +1,124 @@
+"""Signature -> loaded kernel: memory first, then a pluggable on-disk store, then the compiler.
+
+A signature is a tuple of plain values (strings, numbers, tuples) built by the eager layer; this
+module adds the target and compiler version and never looks inside it. Failed compiles are kept
+too (a negative cache), so a signature IREE cannot compile costs one compile, not one per call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from typing import Callable, Protocol
+
+from turbine.counters import counters
+from turbine.device import Device
+from turbine.errors import CompileError
+from turbine.kernels_cache.compiler import compile_mlir
+from turbine.kernels_cache.kernel import Kernel
+from turbine.kernels_cache.target import Target, target_for
+
+log = logging.getLogger("turbine")
+
+#: Bump by hand whenever the eager layer changes how it lowers ops: old cache entries then miss.
+LOWERING_VERSION = 1
+
+
+class KernelStore(Protocol):
+    """Where compiled modules outlive the process (the disk layer plugs in here)."""
+
+    def load(self, digest: str) -> bytes | None: ...
+
+    def save(self, digest: str, vmfb: bytes, record: dict) -> None: ...
+
+    def load_failure(self, digest: str) -> str | None: ...
+
+    def save_failure(self, digest: str, message: str, record: dict) -> None: ...
+
+
+def digest_of(key: tuple) -> str:
+    """A stable hex digest of a full cache key (its repr holds only plain values)."""
+    return hashlib.sha256(repr(key).encode()).hexdigest()
+
+
+class KernelCache:
+    """The process's kernels, shared by every tensor whose op has the same signature and target."""
+
+    def __init__(self, store: KernelStore | None = None) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._vmfb: dict[tuple, bytes] = {}
+        self._loaded: dict[tuple, Kernel] = {}
+        self._failed: dict[tuple, CompileError] = {}
+
+    def clear_memory(self) -> None:
+        """Forget every kernel and failure held in memory (the store is left alone)."""
+        with self._lock:
+            self._vmfb.clear()
+            self._loaded.clear()
+            self._failed.clear()
+
+    def kernel(self, signature: tuple, device: Device, lower: Callable[[], str], describe: str) -> Kernel:
+        """The loaded kernel for a signature on a device, compiling it (via ``lower``) only when new.
+
+        ``describe`` names the op and signature for error messages. Raises CompileError, the same
+        one every later time, when the compiler rejects the kernel.
+        """
+        target = target_for(device)
+        key = (signature, target.key(), LOWERING_VERSION)
+        loaded_key = (key, device.index)
+        kernel = self._loaded.get(loaded_key)
+        if kernel is not None:
+            counters.cache_hits_memory += 1
+            return kernel
+        with self._lock:
+            if key in self._failed:
+                raise self._failed[key]
+            vmfb = self._vmfb.get(key)
+            if vmfb is None:
+                vmfb = self._load_or_compile(key, target, lower, describe)
+                self._vmfb[key] = vmfb
+            else:
+                counters.cache_hits_memory += 1
+            kernel = Kernel(device, vmfb)
+            self._loaded[loaded_key] = kernel
+            return kernel
+
+    def _load_or_compile(self, key: tuple, target: Target, lower: Callable[[], str], describe: str) -> bytes:
+        digest = digest_of(key)
+        if self.store is not None:
+            vmfb = self.store.load(digest)
+            if vmfb is not None:
+                counters.cache_hits_disk += 1
+                return vmfb
+            failure = self.store.load_failure(digest)
+            if failure is not None:
+                error = CompileError(f"{describe} failed to compile earlier (cached failure):\n{failure}")
+                self._failed[key] = error
+                raise error
+        start = time.perf_counter()
+        try:
+            text = lower()
+            vmfb = compile_mlir(text, target)
+        except CompileError as error:
+            counters.compile_failures += 1
+            failure = CompileError(
+                f"IREE could not compile {describe} for {target.backend} ({target.arch or 'default'}):\n{error}\n"
+                "Set TURBINE_FALLBACK or turbine.config to run such ops another way, or report the op.",
+                error.diagnostics,
+            )
+            self._failed[key] = failure
+            if self.store is not None:
+                self.store.save_failure(digest, str(error), {"op": describe})
+            raise failure from None
+        seconds = time.perf_counter() - start
+        counters.kernels_compiled += 1
+        log.debug("compiled %s in %.2f s", describe, seconds)
+        if self.store is not None:
+            self.store.save(digest, vmfb, {"op": describe, "compile_seconds": seconds})
+        return vmfb
+
+
+kernel_cache = KernelCache()
