@@ -5,8 +5,10 @@ from turbine.eager.tensor import DeviceTensor
 
 register()
 
+from turbine.eager.factories import register_backend_kernels  # noqa: E402
 from turbine.eager.mode import install  # noqa: E402
 
+register_backend_kernels()
 install()
 
 __all__ = ["DeviceTensor"]

@@ -21,7 +21,7 @@ import torch
 
 from turbine.config import config
 from turbine.device import Device, upload_scalar
-from turbine.eager import host, lowering
+from turbine.eager import factories, host, lowering
 from turbine.eager.dtypes import ELEMENT_TYPES, check_dtype
 from turbine.eager.launch import launch, result_buffer
 from turbine.eager.schema import OpSchema, functional_variant, schema_of
@@ -358,13 +358,7 @@ def _empty(func: Any, args: tuple, kwargs: dict) -> Any:
     schema = schema_of(func)
     leaves = walk(func, schema, args, kwargs)
     meta = _meta_call(func, schema, args, kwargs)
-    check_dtype(meta.dtype)
-    device = leaves.device
-    sizes = tuple(meta.shape)
-    from turbine.device import Buffer
-
-    buffer = Buffer(device, device.allocate(numel_of(sizes) * meta.element_size()))
-    return DeviceTensor(Storage(device, meta.dtype, numel_of(sizes), buffer), sizes)
+    return factories.empty(tuple(meta.shape), meta.dtype, leaves.device)
 
 
 def _random(func: Any, args: tuple, kwargs: dict) -> Any:

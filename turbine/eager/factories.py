@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from turbine.device import Buffer, Device
+from turbine.device.registry import by_index
 from turbine.eager import lowering
 from turbine.eager.dtypes import check_dtype
 from turbine.eager.launch import launch, result_buffer
@@ -30,6 +31,38 @@ EMPTY = {"empty", "empty_strided", "empty_like"}
 LIKE = {"zeros_like": torch.zeros, "ones_like": torch.ones, "full_like": torch.full, "empty_like": torch.empty}
 
 _kernels: dict[tuple, tuple] = {}
+_library: torch.library.Library | None = None
+
+
+def empty(sizes: tuple[int, ...], dtype: torch.dtype, device: Device) -> DeviceTensor:
+    """An uninitialised dense tensor: a fresh buffer, no kernel, no transfer."""
+    check_dtype(dtype)
+    sizes = tuple(sizes)
+    numel = numel_of(sizes)
+    buffer = Buffer(device, device.allocate(numel * dtype.itemsize))
+    return DeviceTensor(Storage(device, dtype, numel, buffer), sizes)
+
+
+def register_backend_kernels() -> None:
+    """Give torch ``empty`` kernels for the turbine key.
+
+    torch's own C++ code (``x[0] = 5``, ``Tensor.to``) makes tensors with
+    ``at::empty(..., device=turbine)``; those calls carry no DeviceTensor, so they reach the
+    PrivateUse1 backend rather than ``__torch_dispatch__``.
+    """
+    global _library
+    if _library is not None:
+        return
+    _library = torch.library.Library("aten", "IMPL")
+
+    def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+        return empty(tuple(size), dtype or torch.get_default_dtype(), by_index(device.index or 0))
+
+    def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+        return empty(tuple(size), dtype or torch.get_default_dtype(), by_index(device.index or 0))
+
+    _library.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
+    _library.impl("empty_strided", empty_strided, "PrivateUse1")
 
 
 def _freeze(value: Any) -> Any:
@@ -59,9 +92,7 @@ def create(func: Callable, args: tuple, kwargs: dict, device: Device) -> torch.T
         result = to_device(func(*args, device="cpu", **kwargs), device)
     elif name in EMPTY:
         meta = func(*args, device="meta", **kwargs)
-        check_dtype(meta.dtype)
-        buffer = Buffer(device, device.allocate(meta.numel() * meta.element_size()))
-        result = DeviceTensor(Storage(device, meta.dtype, meta.numel(), buffer), tuple(meta.shape))
+        result = empty(tuple(meta.shape), meta.dtype, device)
     else:
         result = _run_factory_kernel(func, name, args, kwargs, device)
     if requires_grad:

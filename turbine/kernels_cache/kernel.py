@@ -12,9 +12,15 @@ class Kernel:
 
     ``main$async`` takes the input buffer views plus a wait fence and a signal fence: the device
     starts the work when the inputs are ready and the host returns at once.
+
+    IREE may hand back an input's buffer as a result, after writing into it (a scatter updates
+    its input in place: iree-org/iree#16168). Callers rely on inputs never changing, so the
+    first call runs on device-side copies of every input and records which inputs came back as
+    results (``tied``); later calls copy just those inputs. Which inputs are tied is fixed when
+    the module is compiled, so one probe per kernel is enough.
     """
 
-    __slots__ = ("device", "vmfb", "context", "function", "num_results")
+    __slots__ = ("device", "vmfb", "context", "function", "tied")
 
     def __init__(self, device: Device, vmfb: bytes) -> None:
         self.device = device
@@ -24,9 +30,19 @@ class Kernel:
         self.function = module.lookup_function("main$async")
         if self.function is None:
             raise RuntimeError("compiled module has no main$async entry point")
+        self.tied: tuple[int, ...] | None = None
 
     def invoke(self, inputs: list[rt.HalBufferView], wait: rt.HalFence, signal: rt.HalFence) -> rt.VmVariantList:
         """Enqueue the kernel; returns the VM list of result buffer views."""
+        probing = self.tied is None
+        copied = range(len(inputs)) if probing else self.tied
+        if copied:
+            inputs = list(inputs)
+            fences = []
+            for index in copied:
+                inputs[index], ready = self._copy(inputs[index], wait)
+                fences.append(ready)
+            wait = rt.HalFence.join(fences)
         args = rt.VmVariantList(len(inputs) + 2)
         for view in inputs:
             args.push_ref(view)
@@ -34,4 +50,15 @@ class Kernel:
         args.push_ref(signal)
         results = rt.VmVariantList(4)
         self.context.invoke(self.function, args, results)
+        if probing:
+            outputs = [results.get_as_object(i, rt.HalBufferView).get_buffer() for i in range(results.size)]
+            self.tied = tuple(i for i, view in enumerate(inputs) if view.get_buffer() in outputs)
         return results
+
+    def _copy(self, view: rt.HalBufferView, wait: rt.HalFence) -> tuple[rt.HalBufferView, rt.HalFence]:
+        """A device-side copy of an input enqueued after ``wait``, and the fence it signals."""
+        source = view.get_buffer()
+        copy = self.device.allocate(source.byte_length())
+        done = self.device.new_fence()
+        self.device.hal.queue_copy(source, copy, wait, done)
+        return rt.HalBufferView(copy, list(view.shape), view.element_type), done
