@@ -186,7 +186,7 @@ def _write_result(func: Any, target: DeviceTensor, value: DeviceTensor) -> None:
             "turbine cannot resize out= tensors yet, pass one of the result's shape."
         )
     if value.dtype != target.dtype:
-        value = aten._to_copy.default(value, dtype=target.dtype)
+        value = run(aten._to_copy.default, (value,), {"dtype": target.dtype})
     write(target, dense(value))
 
 
@@ -342,9 +342,12 @@ def _copy_(func: Any, args: tuple, kwargs: dict) -> Any:
     if not isinstance(destination, DeviceTensor):
         return destination.copy_(to_host(source))
     device = destination._storage.device
-    if not isinstance(source, DeviceTensor) and isinstance(source, torch.Tensor) and source.dim() > 0:
-        source = to_device(source.to(destination.dtype), device)
-    elif isinstance(source, DeviceTensor) and source._storage.device is not device:
+    if not isinstance(source, DeviceTensor):
+        # Host data: cast and broadcast on the host, upload once, write in place.
+        values = torch.as_tensor(source).to(destination.dtype).expand(destination.shape)
+        write(destination, to_device(values, device))
+        return destination
+    if source._storage.device is not device:
         source = to_device(to_host(source), device)
     return _plan_and_run(func, (destination, source) + tuple(args[2:]), kwargs)
 

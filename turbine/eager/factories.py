@@ -44,11 +44,11 @@ def empty(sizes: tuple[int, ...], dtype: torch.dtype, device: Device) -> DeviceT
 
 
 def register_backend_kernels() -> None:
-    """Give torch ``empty`` kernels for the turbine key.
+    """Give torch ``empty`` and ``_copy_from`` kernels for the turbine key.
 
-    torch's own C++ code (``x[0] = 5``, ``Tensor.to``) makes tensors with
-    ``at::empty(..., device=turbine)``; those calls carry no DeviceTensor, so they reach the
-    PrivateUse1 backend rather than ``__torch_dispatch__``.
+    torch's own C++ code (``x[0] = 5``, ``Tensor.to``, ``new_tensor``) makes tensors with
+    ``at::empty(..., device=turbine)`` and fills them with ``_copy_from``, at times with Python
+    dispatch turned off; those calls reach the PrivateUse1 backend, not ``__torch_dispatch__``.
     """
     global _library
     if _library is not None:
@@ -61,8 +61,14 @@ def register_backend_kernels() -> None:
     def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
         return empty(tuple(size), dtype or torch.get_default_dtype(), by_index(device.index or 0))
 
+    def copy_from(source, destination, non_blocking=False):
+        from turbine.eager import dispatch
+
+        return dispatch.run(torch.ops.aten.copy_.default, (destination, source), {})
+
     _library.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
     _library.impl("empty_strided", empty_strided, "PrivateUse1")
+    _library.impl("_copy_from", copy_from, "PrivateUse1")
 
 
 def _freeze(value: Any) -> Any:

@@ -25,7 +25,11 @@ def lower(fn: Callable, inputs: Sequence[tuple[tuple[int, ...], torch.dtype]], d
     # torch.empty reserves address space but touches no memory, so large shapes cost nothing here.
     examples = [torch.empty(sizes, dtype=dtype) for sizes, dtype in inputs]
     table = decompositions() if decompose else None
-    graph_module = make_fx(fn, tracing_mode="fake", decomposition_table=table)(*examples)
+    # torch's C++ code can reach turbine with Python dispatch turned off (tensor creation from
+    # data does); tracing needs it back on, so the trace runs with it re-enabled.
+    excluded = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.Python)
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded):
+        graph_module = make_fx(fn, tracing_mode="fake", decomposition_table=table)(*examples)
     importer = FxImporter()
     importer.import_stateless_graph(graph_module.graph, func_name="main")
     return str(importer.module)

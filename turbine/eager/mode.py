@@ -30,6 +30,15 @@ def turbine_device(value: Any) -> Device | None:
     return None
 
 
+def _torch_device(value: Any) -> Any:
+    """A turbine device argument as the torch.device torch can parse; anything else unchanged."""
+    if isinstance(value, (str, Device)):
+        device = turbine_device(value)
+        if device is not None:
+            return torch.device("turbine", device.index)
+    return value
+
+
 class _ToDevice(torch.autograd.Function):
     """Upload with a backward that brings the gradient back to the CPU (like ``.cuda()``)."""
 
@@ -80,6 +89,10 @@ class DeviceMode(TorchFunctionMode):
             target = turbine_device(device)
             if target is not None:
                 return _tensor_to(args[0], target, dtype, rest)
+        elif func is torch._C._nn._parse_to:
+            # nn.Module.to parses its arguments here; hand it a device torch can parse.
+            args = tuple(_torch_device(a) for a in args)
+            kwargs = {k: _torch_device(v) for k, v in kwargs.items()}
         elif "device" in kwargs:
             target = turbine_device(kwargs["device"])
             if target is not None:

@@ -1,0 +1,102 @@
+import numpy as np
+import pytest
+import torch
+
+import turbine
+
+D = "turbine:cpu"
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int16, torch.int32,
+          torch.int64, torch.uint8, torch.bool]
+
+FACTORIES = {
+    "empty_shape": lambda **k: torch.empty(3, 4, **k).shape,
+    "zeros": lambda **k: torch.zeros(3, 4, **k),
+    "ones": lambda **k: torch.ones(2, 5, dtype=torch.int32, **k),
+    "full": lambda **k: torch.full((2, 3), 2.5, **k),
+    "arange": lambda **k: torch.arange(1, 11, 3, **k),
+    "linspace": lambda **k: torch.linspace(-1, 1, 7, **k),
+    "eye": lambda **k: torch.eye(4, 3, **k),
+    "tensor": lambda **k: torch.tensor([[1.5, 2.0], [3.0, -4.0]], **k),
+    "as_tensor": lambda **k: torch.as_tensor(np.arange(6, dtype=np.int64), **k),
+    "rand": lambda **k: torch.rand(3, 4, **k),
+    "randn": lambda **k: torch.randn(3, 4, **k),
+    "randint": lambda **k: torch.randint(0, 100, (5,), **k),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+def test_factories_match_torch_cpu(name):
+    torch.manual_seed(7)
+    expected = FACTORIES[name](device="cpu")
+    torch.manual_seed(7)
+    actual = FACTORIES[name](device=D)
+    if isinstance(expected, torch.Size):
+        assert actual == expected
+        return
+    assert actual.device.type == "turbine"
+    torch.testing.assert_close(actual.cpu(), expected)
+
+
+def test_like_and_new_factories():
+    x = torch.randn(3, 2)
+    xd = x.to(D)
+    torch.manual_seed(3)
+    expected = torch.rand_like(x)
+    torch.manual_seed(3)
+    torch.testing.assert_close(torch.rand_like(xd).cpu(), expected)
+    torch.testing.assert_close(torch.zeros_like(xd).cpu(), torch.zeros_like(x))
+    torch.testing.assert_close(torch.ones_like(x, device=D).cpu(), torch.ones_like(x))
+    torch.testing.assert_close(torch.full_like(xd, 7.0).cpu(), torch.full_like(x, 7.0))
+    assert torch.empty_like(xd).shape == x.shape
+    torch.testing.assert_close(xd.new_zeros(4).cpu(), x.new_zeros(4))
+    torch.testing.assert_close(xd.new_ones((2, 2)).cpu(), x.new_ones((2, 2)))
+    torch.testing.assert_close(xd.new_full((3,), 1.25).cpu(), x.new_full((3,), 1.25))
+    torch.testing.assert_close(xd.new_tensor([1.0, 2.0]).cpu(), x.new_tensor([1.0, 2.0]))
+    assert xd.new_empty((2, 3)).shape == (2, 3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_dtype_round_trips(dtype):
+    x = (torch.randn(4, 3) * 50).to(dtype)
+    xd = x.to(D)
+    assert xd.dtype == dtype
+    torch.testing.assert_close(xd.cpu(), x)
+
+
+def test_to_with_dtype_and_back():
+    x = torch.randn(5, 5)
+    torch.testing.assert_close(x.to(D, torch.float16).cpu(), x.to(torch.float16))
+    torch.testing.assert_close(x.to(device=D, dtype=torch.float64).to("cpu"), x.double())
+    xd = x.to(D)
+    torch.testing.assert_close(xd.to(torch.int32).cpu(), x.to(torch.int32))
+    assert xd.to(D) is xd or torch.equal(xd.to(D).cpu(), x)
+
+
+def test_item_and_tolist():
+    x = torch.randn(2, 3)
+    xd = x.to(D)
+    assert xd.sum().item() == pytest.approx(x.sum().item(), rel=1e-5)
+    assert xd.tolist() == x.tolist()
+    assert torch.tensor(7, device=D).item() == 7
+
+
+def test_numpy_asks_for_cpu_first():
+    with pytest.raises(TypeError, match=r"Use Tensor.cpu\(\) to copy the tensor to host memory first"):
+        torch.ones(2, device=D).numpy()
+
+
+def test_complex_dtype_is_a_clear_error():
+    with pytest.raises(turbine.UnsupportedDtypeError, match="complex64"):
+        torch.zeros(2, dtype=torch.complex64, device=D)
+    with pytest.raises(turbine.UnsupportedDtypeError, match="complex64"):
+        torch.randn(2, dtype=torch.complex64).to(D)
+
+
+def test_module_to_moves_parameters():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    x = torch.randn(5, 4)
+    expected = model(x)
+    model.to(D)
+    assert all(p.device.type == "turbine" for p in model.parameters())
+    assert all(isinstance(p, torch.nn.Parameter) or p.requires_grad for p in model.parameters())
+    torch.testing.assert_close(model(x.to(D)).cpu(), expected)

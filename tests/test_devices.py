@@ -1,0 +1,73 @@
+import pytest
+import torch
+
+import turbine
+from turbine.device.names import parse
+
+
+def test_device_names_parse_to_canonical_forms():
+    assert parse("turbine:cpu").canonical == "turbine:cpu"
+    assert parse("turbine:cpu0").canonical == "turbine:cpu"
+    assert parse("turbine:cpu1").canonical == "turbine:cpu1"
+    assert parse("turbine:cpu:sync").driver == "local-sync"
+    assert parse("turbine:cuda0").driver == "cuda"
+    assert parse("turbine:cuda").canonical == "turbine:cuda0"
+    assert parse("turbine:hip1").canonical == "turbine:hip1"
+    assert parse("turbine:vulkan0").driver == "vulkan"
+    assert parse("turbine").kind is None
+    assert parse("turbine:2").torch_index == 2
+
+
+@pytest.mark.parametrize("name", ["turbine:foo", "turbine:cuda:sync", "turbine:cpu-1", "turbine:"])
+def test_malformed_names_list_the_accepted_forms(name):
+    with pytest.raises(turbine.DeviceNotFoundError, match="Invalid turbine device name"):
+        torch.zeros(2, device=name)
+
+
+def test_missing_gpu_device_lists_what_can_be_opened():
+    count = sum(1 for n in turbine.devices() if n.startswith("turbine:cuda"))
+    with pytest.raises(turbine.DeviceNotFoundError, match="Devices that can be opened: turbine:cpu"):
+        torch.zeros(2, device=f"turbine:cuda{count}")
+
+
+def test_devices_lists_cpu_devices():
+    names = turbine.devices()
+    assert "turbine:cpu" in names and "turbine:cpu:sync" in names
+
+
+def test_each_device_maps_to_one_torch_index():
+    a = torch.ones(2, device="turbine:cpu")
+    b = torch.ones(2, device="turbine:cpu1")
+    assert a.device.type == "turbine" and b.device.type == "turbine"
+    assert a.device.index != b.device.index
+    assert turbine.device("turbine:cpu").index == a.device.index
+    assert torch.ones(1, device=a.device).device == a.device
+
+
+def test_plain_turbine_is_the_current_device():
+    assert torch.ones(1, device="turbine").device.index == turbine.device("turbine:cpu").index
+    with turbine.device("turbine:cpu1") as dev:
+        x = torch.ones(1, device="turbine")
+        assert x.device.index == dev.index
+        assert turbine.current_device() is dev
+    assert turbine.current_device().name == "turbine:cpu"
+
+
+def test_local_sync_device_runs_kernels():
+    x = torch.randn(8, 8)
+    y = x.to("turbine:cpu:sync")
+    torch.testing.assert_close((y @ y).cpu(), x @ x)
+
+
+def test_repr_prints_values_and_turbine_name():
+    x = torch.randn(3, 2)
+    text = repr(x.to("turbine:cpu"))
+    assert text == repr(x)[:-1] + ", device='turbine:cpu')"
+    half = torch.arange(3, dtype=torch.float16)
+    assert repr(half.to("turbine:cpu")) == "tensor([0., 1., 2.], device='turbine:cpu', dtype=torch.float16)"
+    assert "requires_grad=True" in repr(torch.ones(2, device="turbine:cpu", requires_grad=True))
+
+
+def test_unknown_device_option_is_rejected():
+    with pytest.raises(TypeError, match="unknown option"):
+        turbine.device("turbine:cpu3", fast=True)
