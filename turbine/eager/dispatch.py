@@ -106,7 +106,27 @@ def _meta_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Any:
                 f"{func} has an output shape that depends on the data, which single-op IREE kernels cannot express "
                 "yet. Move the tensor to the CPU for this op (.cpu())."
             ) from None
+        _raise_as_torch_cpu(func, schema, args, kwargs)
         raise
+
+
+def _raise_as_torch_cpu(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> None:
+    """Re-raise a rejected call with torch's CPU wording (meta kernels word some checks differently).
+
+    Runs the call on zero-filled CPU stand-ins of the same shapes; returns if the CPU accepts it.
+    """
+
+    def stand_in(tensor: DeviceTensor) -> torch.Tensor:
+        return torch.zeros(tensor._storage.numel, dtype=tensor.dtype).as_strided(
+            tensor.shape, tensor.stride(), tensor.storage_offset()
+        )
+
+    cpu_args, cpu_kwargs = rebuild(schema, args, kwargs, stand_in, lambda value: value)
+    cpu_kwargs = {name: _host_devices(value, "cpu") for name, value in cpu_kwargs.items()}
+    try:
+        func(*cpu_args, **cpu_kwargs)
+    except Exception as cpu_error:
+        raise cpu_error.with_traceback(None) from None
 
 
 def _build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves) -> Callable:
@@ -241,6 +261,18 @@ def _scalar_dtype(value: Any, reference: torch.Tensor | None) -> torch.dtype:
     return torch.result_type(reference, value)
 
 
+def _widen_unsigned(value: torch.Tensor) -> torch.Tensor:
+    """Inside a trace: uint8 as int16 with its true values.
+
+    IREE reads uint8 as signed (255 * 0.5 gave -0.5, 200 > 100 was false), so uint8 inputs are
+    sign-extended and masked back to 0..255; results are cast back to torch's dtype, which
+    wraps as uint8 arithmetic does.
+    """
+    if value.dtype == torch.uint8:
+        return value.to(torch.int16).bitwise_and(255)
+    return value
+
+
 def _fold_alpha(func: Any, call_args: list, call_kwargs: dict) -> None:
     """add/sub's runtime ``alpha`` multiplies the operand it scales, then leaves the call."""
     if "alpha" in call_kwargs:
@@ -265,7 +297,10 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
     target = schema.twin or func
     count = len(leaves.tensors)
 
+    result_dtypes = [m.dtype for m in metas if m is not None]
+
     def traced(*values: torch.Tensor) -> list[torch.Tensor]:
+        values = [_widen_unsigned(v) for v in values]
         tensors = iter(values[:count])
         scalars = iter(values[count:])
         call_args, call_kwargs = rebuild(schema, args, kwargs, lambda _: next(tensors), lambda _: next(scalars))
@@ -273,8 +308,8 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
         if "alpha" in schema.runtime_scalars:
             _fold_alpha(func, call_args, call_kwargs)
         out = target(*call_args, **call_kwargs)
-        outs = [out] if isinstance(out, torch.Tensor) else list(out)
-        return [o for o in outs if o is not None]
+        outs = [o for o in ([out] if isinstance(out, torch.Tensor) else out) if o is not None]
+        return [o if o.dtype == d else o.to(d) for o, d in zip(outs, result_dtypes)]
 
     signature = _plain(tuple(leaves.key)) + (tuple(str(d) for d in scalar_dtypes),)
     describe = _describe(func, leaves)
@@ -352,6 +387,16 @@ def _copy_(func: Any, args: tuple, kwargs: dict) -> Any:
     return _plan_and_run(func, (destination, source) + tuple(args[2:]), kwargs)
 
 
+def _index(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Indexing accepts CPU index tensors (as on CUDA): they are uploaded to the indexed device."""
+    device = args[0]._storage.device if isinstance(args[0], DeviceTensor) else None
+    indices = args[1]
+    if device is not None and any(type(i) is torch.Tensor and i.dim() > 0 for i in indices):
+        indices = [to_device(i, device) if type(i) is torch.Tensor and i.dim() > 0 else i for i in indices]
+        args = (args[0], indices) + tuple(args[2:])
+    return _plan_and_run(func, args, kwargs)
+
+
 def _item(func: Any, args: tuple, kwargs: dict) -> Any:
     return to_host(args[0]).item()
 
@@ -416,6 +461,10 @@ SPECIAL: dict[Any, Callable] = {
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
     aten._local_scalar_dense.default: _item,
+    aten.index.Tensor: _index,
+    aten.index_put.default: _index,
+    aten.index_put_.default: _index,
+    aten._index_put_impl_.default: _index,
     aten.native_dropout.default: _decompose,
     **{_resolve(name): _random for name in _RANDOM},
     **{_resolve(name): _empty for name in _EMPTY},

@@ -25,10 +25,9 @@ def wait_fence(buffers: Sequence[Buffer]) -> rt.HalFence:
 
 def launch(kernel: Kernel, device: Device, views: list, buffers: Sequence[Buffer]) -> tuple[rt.VmVariantList, rt.HalFence]:
     """Enqueue ``kernel`` on ``views`` once ``buffers`` are ready; returns its results and their fence."""
-    signal = device.new_fence()
-    results = kernel.invoke(views, wait_fence(buffers), signal)
+    results, ready = kernel.invoke(views, wait_fence(buffers), device.new_fence())
     counters.dispatches += 1
-    return results, signal
+    return results, ready
 
 
 def result_buffer(device: Device, results: rt.VmVariantList, index: int, ready: rt.HalFence) -> tuple[Buffer, rt.HalBufferView]:

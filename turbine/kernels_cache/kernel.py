@@ -32,17 +32,25 @@ class Kernel:
             raise RuntimeError("compiled module has no main$async entry point")
         self.tied: tuple[int, ...] | None = None
 
-    def invoke(self, inputs: list[rt.HalBufferView], wait: rt.HalFence, signal: rt.HalFence) -> rt.VmVariantList:
-        """Enqueue the kernel; returns the VM list of result buffer views."""
+    def invoke(
+        self, inputs: list[rt.HalBufferView], wait: rt.HalFence, signal: rt.HalFence
+    ) -> tuple[rt.VmVariantList, rt.HalFence]:
+        """Enqueue the kernel; returns the VM list of result buffer views and the fence they are ready at.
+
+        When inputs were copied, that fence also waits for the copies: a kernel that hands an
+        input straight back as its result does no work and may signal before the copy lands.
+        """
         probing = self.tied is None
         copied = range(len(inputs)) if probing else self.tied
+        ready = signal
         if copied:
             inputs = list(inputs)
             fences = []
             for index in copied:
-                inputs[index], ready = self._copy(inputs[index], wait)
-                fences.append(ready)
+                inputs[index], copy_ready = self._copy(inputs[index], wait)
+                fences.append(copy_ready)
             wait = rt.HalFence.join(fences)
+            ready = rt.HalFence.join([signal, wait])
         args = rt.VmVariantList(len(inputs) + 2)
         for view in inputs:
             args.push_ref(view)
@@ -53,7 +61,7 @@ class Kernel:
         if probing:
             outputs = [results.get_as_object(i, rt.HalBufferView).get_buffer() for i in range(results.size)]
             self.tied = tuple(i for i, view in enumerate(inputs) if view.get_buffer() in outputs)
-        return results
+        return results, ready
 
     def _copy(self, view: rt.HalBufferView, wait: rt.HalFence) -> tuple[rt.HalBufferView, rt.HalFence]:
         """A device-side copy of an input enqueued after ``wait``, and the fence it signals."""

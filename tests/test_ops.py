@@ -1,0 +1,101 @@
+"""Ops run as IREE kernels and match torch on the CPU."""
+
+import pytest
+import torch
+
+import turbine
+
+D = "turbine:cpu"
+
+
+def check(fn, *inputs, **tolerance):
+    expected = fn(*inputs)
+    actual = fn(*[t.to(D) if isinstance(t, torch.Tensor) else t for t in inputs])
+    if isinstance(expected, torch.Tensor):
+        expected, actual = [expected], [actual]
+    for e, a in zip(expected, actual):
+        assert isinstance(a, turbine.DeviceTensor)
+        torch.testing.assert_close(a.cpu(), e, **tolerance)
+
+
+UNARY = {
+    "relu": torch.relu, "exp": torch.exp, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "neg": torch.neg,
+    "abs": torch.abs, "sin": torch.sin, "gelu": torch.nn.functional.gelu, "softmax": lambda x: x.softmax(-1),
+    "log_softmax": lambda x: x.log_softmax(1), "sum": torch.sum, "mean_dim": lambda x: x.mean(0, keepdim=True),
+    "amax": lambda x: x.amax(1), "cumsum": lambda x: x.cumsum(1), "transpose_mm": lambda x: x.t() @ x,
+    "clamp": lambda x: x.clamp(-0.5, 0.5), "where": lambda x: torch.where(x > 0, x, 0.0),
+    "pow": lambda x: x.abs() ** 1.5, "argmax": lambda x: x.argmax(1), "norm": torch.linalg.vector_norm,
+    "layer_norm": lambda x: torch.nn.functional.layer_norm(x, (x.shape[-1],)),
+    "index": lambda x: x[torch.tensor([2, 0])], "gt_scalar": lambda x: x > 0.25, "flip": lambda x: x.flip(0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_and_reduction_ops(name):
+    check(UNARY[name], torch.randn(6, 5), atol=1e-4, rtol=1e-4)
+
+
+def test_binary_ops_with_broadcasting_and_scalars():
+    a, b = torch.randn(4, 5), torch.randn(5)
+    check(lambda x, y: x + y, a, b)
+    check(lambda x, y: x * y - 2 * x / (y.abs() + 1), a, b)
+    check(lambda x, y: torch.maximum(x, y), a, b)
+    check(lambda x: 3.0 - x, a)
+    check(lambda x: 1 / (x.abs() + 1), a)
+    check(lambda x: x + torch.tensor(2.5), a)  # a 0-d CPU tensor is a scalar
+
+
+def test_matmul_family():
+    check(torch.mm, torch.randn(8, 16), torch.randn(16, 4), atol=1e-4, rtol=1e-4)
+    check(torch.bmm, torch.randn(3, 8, 16), torch.randn(3, 16, 4), atol=1e-4, rtol=1e-4)
+    check(lambda x, w, b: torch.nn.functional.linear(x, w, b), torch.randn(5, 7), torch.randn(3, 7), torch.randn(3),
+          atol=1e-4, rtol=1e-4)
+    check(lambda x, w: torch.nn.functional.conv2d(x, w, padding=1), torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3),
+          atol=1e-4, rtol=1e-4)
+
+
+def test_ops_with_several_outputs():
+    x = torch.randn(6, 7)
+    check(lambda t: torch.max(t, dim=1), x)
+    check(lambda t: torch.min(t, dim=0, keepdim=True), x)
+    check(lambda t: torch.topk(t, 3), x)
+    check(lambda t: torch.sort(t, dim=1, descending=True), x)
+    check(lambda t: torch.var_mean(t, dim=1), x)
+    check(lambda t: torch.std_mean(t, dim=0, correction=0), x)
+    check(lambda t: torch.aminmax(t, dim=1), x)
+
+
+def test_tensor_lists_and_keyword_arguments():
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    check(lambda x, y: torch.cat([x, y, x], dim=1), a, b)
+    check(lambda x, y: torch.stack([x, y]), a, b)
+    check(lambda x: torch.sum(x, dim=1, keepdim=True, dtype=torch.float64), a)
+    check(lambda x: x.to(torch.int32), a * 10)
+    check(lambda x, y: torch.add(x, y, alpha=0.5), a, b)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int32, torch.int64, torch.uint8], ids=str
+)
+def test_dtypes_and_promotion(dtype):
+    x = (torch.randn(4, 4) * 10).to(dtype)
+    y = (torch.randn(4, 4) * 10).to(torch.int64)
+    tol = {"atol": 1e-2, "rtol": 1e-2} if dtype in (torch.float16, torch.bfloat16) else {}
+    check(lambda a: a * 2, x, **tol)
+    check(lambda a: a * 0.5, x, **tol)
+    check(lambda a, b: a + b, x, y, **tol)
+    check(lambda a: a.sum(), x, **tol)
+    check(lambda a: a > 1, x)
+
+
+def test_float64_is_computed_in_float64():
+    x = torch.randn(16, dtype=torch.float64)
+    actual = (x.to(D) * (1 + 1e-12)).cpu()
+    torch.testing.assert_close(actual, x * (1 + 1e-12), rtol=0, atol=0)
+
+
+def test_bool_ops():
+    a, b = torch.rand(5) > 0.5, torch.rand(5) > 0.5
+    check(lambda x, y: x & y, a, b)
+    check(lambda x: ~x, a)
+    check(lambda x: x.any(), a)

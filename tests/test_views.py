@@ -1,0 +1,120 @@
+"""Views share storage with their base; in-place ops and out= write as in torch."""
+
+import torch
+
+D = "turbine:cpu"
+
+
+def both(fn, x):
+    """Run fn on a CPU copy and a turbine copy of x; return (expected, actual) bases after."""
+    expected = x.clone()
+    fn(expected)
+    actual = x.to(D)
+    fn(actual)
+    return expected, actual.cpu()
+
+
+def test_in_place_on_views_changes_the_base():
+    x = torch.randn(4, 5)
+    cases = [
+        lambda t: t[0].add_(1),
+        lambda t: t.t().mul_(2),
+        lambda t: t.view(-1).__setitem__(3, 5.0),
+        lambda t: t[:, 1:3].copy_(torch.ones(4, 2)),
+        lambda t: t.diagonal().zero_(),
+        lambda t: t[::2, ::3].sub_(3),
+        lambda t: t.__setitem__((slice(None), 0), torch.arange(4.0)),
+        lambda t: t[1].clamp_(min=0),
+    ]
+    for case in cases:
+        expected, actual = both(case, x)
+        torch.testing.assert_close(actual, expected)
+
+
+def test_base_changes_are_seen_by_views():
+    x = torch.randn(3, 4).to(D)
+    y = x.view(12)
+    z = x[1]
+    x.add_(1)
+    expected = x.cpu()
+    torch.testing.assert_close(y.cpu(), expected.view(12))
+    torch.testing.assert_close(z.cpu(), expected[1])
+
+
+def test_non_contiguous_inputs_are_read_correctly():
+    x = torch.randn(6, 8)
+    xd = x.to(D)
+    torch.testing.assert_close((xd.t() * 2).cpu(), x.t() * 2)
+    torch.testing.assert_close((xd[::2, 1::3] + 1).cpu(), x[::2, 1::3] + 1)
+    torch.testing.assert_close((xd[0].unsqueeze(0).expand(3, 8) * 1).cpu(), x[0].unsqueeze(0).expand(3, 8))
+    torch.testing.assert_close(xd.t().contiguous().cpu(), x.t().contiguous())
+    torch.testing.assert_close(xd.permute(1, 0)[2:5].sum(1).cpu(), x.permute(1, 0)[2:5].sum(1))
+
+
+def test_view_metadata_matches_torch():
+    x = torch.randn(4, 6)
+    xd = x.to(D)
+    for fn in [lambda t: t.t(), lambda t: t[1:, ::2], lambda t: t.view(2, 12), lambda t: t.unsqueeze(1), lambda t: t[2]]:
+        e, a = fn(x), fn(xd)
+        assert a.shape == e.shape and a.stride() == e.stride() and a.storage_offset() == e.storage_offset()
+        assert a.is_contiguous() == e.is_contiguous()
+
+
+def test_detach_data_clone_are_independent_as_in_torch():
+    x = torch.randn(3).to(D)
+    c = x.clone()
+    d = x.detach()
+    x.mul_(0)
+    torch.testing.assert_close(d.cpu(), torch.zeros(3))
+    assert c.abs().sum().item() > 0
+
+
+def test_out_argument_writes_into_the_tensor():
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    out = torch.empty(3, 4).to(D)
+    result = torch.add(a.to(D), b.to(D), out=out)
+    assert result is out
+    torch.testing.assert_close(out.cpu(), a + b)
+    values, indices = torch.empty(3).to(D), torch.empty(3, dtype=torch.int64).to(D)
+    torch.max(a.to(D), dim=1, out=(values, indices))
+    torch.testing.assert_close(values.cpu(), a.max(1).values)
+    torch.testing.assert_close(indices.cpu(), a.max(1).indices)
+
+
+def test_in_place_type_rules_follow_torch():
+    x = torch.arange(4).to(D)
+    try:
+        x.add_(0.5)
+    except RuntimeError as error:
+        assert "can't be cast" in str(error)
+    else:
+        raise AssertionError("int tensor += float must fail as in torch")
+    f = torch.randn(4)
+    fd = f.to(D)
+    fd.add_(torch.ones(4, dtype=torch.float64).to(D))
+    torch.testing.assert_close(fd.cpu(), f + 1)
+
+
+def test_kernels_never_change_their_inputs():
+    """IREE may hand an input buffer back as a result (iree-org/iree#16168); inputs must stay intact."""
+    x = torch.randn(5, 4)
+    xd = x.to(D)
+    clone = xd.clone()
+    clone[1:3] = 7.0
+    clone.index_put_((torch.tensor([0, 4]).to(D),), torch.ones(2, 4).to(D))
+    scattered = xd.scatter(0, torch.zeros(1, 4, dtype=torch.int64).to(D), torch.ones(1, 4).to(D))
+    torch.testing.assert_close(xd.cpu(), x)
+    torch.testing.assert_close(scattered.cpu(), x.scatter(0, torch.zeros(1, 4, dtype=torch.int64), torch.ones(1, 4)))
+
+
+def test_results_handed_back_from_copied_inputs_wait_for_the_copy():
+    """A kernel that returns its (copied) input does no work and may signal before the copy lands."""
+    from turbine.eager import dispatch
+    from turbine.kernels_cache import kernel_cache
+
+    for _ in range(6):
+        kernel_cache.clear_memory()
+        dispatch.clear_plans()
+        x = torch.randn(6, 8)
+        xd = x.to(D)
+        torch.testing.assert_close(xd.t().contiguous().cpu(), x.t().contiguous(), rtol=0, atol=0)
