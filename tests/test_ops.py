@@ -99,3 +99,12 @@ def test_bool_ops():
     check(lambda x, y: x & y, a, b)
     check(lambda x: ~x, a)
     check(lambda x: x.any(), a)
+
+
+def test_pow_of_negative_bases():
+    x = torch.randn(4, 5)
+    check(lambda t: t ** 2, x)
+    check(lambda t: t ** 3.0, x)
+    check(lambda t: t.square(), x)
+    check(lambda t, e: t ** e, x, torch.randint(-2, 4, (4, 5)).float())
+    check(lambda t, e: torch.pow(t, e), x, torch.randn(4, 5), equal_nan=True)

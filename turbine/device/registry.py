@@ -19,6 +19,9 @@ from turbine.errors import DeviceNotFoundError
 
 log = logging.getLogger("turbine")
 
+#: The most devices one process opens (torch sizes per-device tables from a fixed count).
+MAX_DEVICES = 64
+
 _lock = threading.RLock()
 _by_name: dict[str, Device] = {}
 _by_index: list[Device] = []
@@ -72,6 +75,10 @@ def open_device(name: str, **options: Any) -> Device:
     with _lock:
         device = _by_name.get(spec.canonical)
         if device is None:
+            if len(_by_index) >= MAX_DEVICES:
+                raise DeviceNotFoundError(
+                    f"Cannot open {spec.canonical}: a process opens at most {MAX_DEVICES} turbine devices."
+                )
             hal = _create_hal(spec)
             device = Device(spec, hal, len(_by_index), options)
             _by_name[spec.canonical] = device

@@ -26,7 +26,9 @@ class _BackendModule:
 
     @staticmethod
     def device_count() -> int:
-        return max(1, len(registry.opened_devices()))
+        """A fixed ceiling, not the opened count: autograd sizes its per-device queues from this
+        once, at the first backward, and a device opened later would fall outside them."""
+        return registry.MAX_DEVICES
 
     @staticmethod
     def current_device() -> int:

@@ -38,14 +38,24 @@ log = logging.getLogger("turbine")
 aten = torch.ops.aten
 
 _plans: dict[tuple, Callable] = {}
+_handlers: dict[Any, Callable] = {}
 
 
 def run(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     """Run ``func`` on turbine tensors; the result is made of new or updated DeviceTensors."""
-    special = SPECIAL.get(func)
-    if special is not None:
-        return special(func, args, kwargs)
-    return _plan_and_run(func, args, kwargs)
+    handler = _handlers.get(func)
+    if handler is None:
+        handler = _handlers[func] = _choose_handler(func)
+    return handler(func, args, kwargs)
+
+
+def _choose_handler(func: Any) -> Callable:
+    """How an op runs: a SPECIAL handler, one op per list element for ``_foreach_``, else a plan."""
+    if func in SPECIAL:
+        return SPECIAL[func]
+    if func.overloadpacket.__name__.startswith("_foreach_"):
+        return _foreach
+    return _plan_and_run
 
 
 def _plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -295,6 +305,7 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
     scalar_dtypes = [check_dtype(_scalar_dtype(v, reference), f"a scalar argument of {func}") for v in leaves.scalars]
     inputs = [(tuple(t.shape), t.dtype) for t in leaves.tensors] + [((), d) for d in scalar_dtypes]
     target = schema.twin or func
+    target = lowering.CORRECTIONS.get(target, target)
     count = len(leaves.tensors)
 
     result_dtypes = [m.dtype for m in metas if m is not None]
@@ -421,25 +432,28 @@ def _decompose(func: Any, args: tuple, kwargs: dict) -> Any:
 
 def _foreach(func: Any, args: tuple, kwargs: dict) -> Any:
     """``_foreach_op`` (what optimizers use) as one ``op`` per list element."""
-    name = func.overloadpacket.__name__[len("_foreach_") :]
-    packet = getattr(aten, name)
+    overload = _elementwise_overload(func)
     lists = [i for i, a in enumerate(args) if isinstance(a, (list, tuple))]
-    length = len(args[lists[0]])
+    positional = sum(1 for a in overload._schema.arguments if not a.kwarg_only)
     results = []
-    for i in range(length):
-        call = [a[i] if j in lists else a for j, a in enumerate(args)]
-        overload = _elementwise_overload(packet, call, kwargs)
-        results.append(overload(*call, **kwargs))
-    return None if func._schema.returns == [] or not func._schema.returns else results
+    for i in range(len(args[lists[0]])):
+        values = [a[i] if j in lists else a for j, a in enumerate(args)]
+        extra = dict(zip([a.name for a in overload._schema.arguments if a.kwarg_only], values[positional:]))
+        results.append(overload(*values[:positional], **extra, **kwargs))
+    return results if func._schema.returns else None
 
 
-def _elementwise_overload(packet: Any, call: list, kwargs: dict) -> Any:
-    """The overload of ``packet`` whose schema accepts these arguments (Tensor or Scalar forms)."""
-    wanted = "Tensor" if len(call) < 2 or isinstance(call[1], torch.Tensor) else "Scalar"
+_FOREACH_OVERLOADS = {"List": "Tensor", "ScalarList": "Scalar", "Scalar": "Scalar", "Tensor": "Tensor"}
+
+
+def _elementwise_overload(func: Any) -> Any:
+    """The per-element op of a ``_foreach_`` op: ``_foreach_add_.List`` is ``add_.Tensor``."""
+    packet = getattr(aten, func.overloadpacket.__name__[len("_foreach_") :])
+    wanted = _FOREACH_OVERLOADS.get(func._overloadname, func._overloadname)
     for name in (wanted, "default", "Tensor", "Scalar"):
         if name in packet.overloads():
             return getattr(packet, name)
-    raise UnsupportedOpError(f"no overload of {packet} for foreach arguments")
+    raise UnsupportedOpError(f"{func}: turbine found no per-element overload of {packet}")
 
 
 _RANDOM = [
@@ -469,8 +483,3 @@ SPECIAL: dict[Any, Callable] = {
     **{_resolve(name): _random for name in _RANDOM},
     **{_resolve(name): _empty for name in _EMPTY},
 }
-for _name in dir(aten):
-    if _name.startswith("_foreach_"):
-        _packet = getattr(aten, _name)
-        for _overload in _packet.overloads():
-            SPECIAL[getattr(_packet, _overload)] = _foreach

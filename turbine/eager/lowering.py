@@ -14,10 +14,42 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from iree.compiler.extras.fx_importer import FxImporter
 
 
+def _squeeze_dims(tensor: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    """``squeeze.dims`` as a reshape: IREE 3.13 does not know the op, which decompositions emit."""
+    dims = {d % max(tensor.dim(), 1) for d in dims}
+    shape = [size for d, size in enumerate(tensor.shape) if not (d in dims and size == 1)]
+    return torch.ops.aten.reshape.default(tensor, shape)
+
+
+def _pow_tensor_tensor(base: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
+    """``pow`` with a tensor exponent, right for negative bases.
+
+    IREE computes it as exp(log(base) * exponent): a negative base gave NaN even for an integral
+    exponent, where torch gives (-2) ** 2 == 4. The magnitude comes from |base| and the sign
+    from the exponent's parity; non-integral powers of negative numbers stay NaN as in torch.
+    """
+    aten = torch.ops.aten
+    result = aten.pow.Tensor_Tensor(base, exponent)
+    if not result.dtype.is_floating_point:
+        return result
+    base, exponent = base.to(result.dtype), exponent.to(result.dtype)
+    magnitude = aten.pow.Tensor_Tensor(base.abs(), exponent)
+    integral = exponent == exponent.floor()
+    odd = aten.remainder.Scalar(exponent, 2) == 1
+    negative = torch.where(integral, torch.where(odd, -magnitude, magnitude), torch.full_like(magnitude, float("nan")))
+    return torch.where(base < 0, negative, magnitude)
+
+
+#: Ops whose IREE 3.13 lowering gives wrong values, traced as these equivalents instead.
+CORRECTIONS = {torch.ops.aten.pow.Tensor_Tensor: _pow_tensor_tensor}
+
+
 @functools.lru_cache(maxsize=1)
 def decompositions() -> dict:
     """torch's core-aten decompositions: the second try for an op IREE cannot compile as it is."""
-    return dict(torch._decomp.core_aten_decompositions())
+    table = dict(torch._decomp.core_aten_decompositions())
+    table[torch.ops.aten.squeeze.dims] = _squeeze_dims
+    return table
 
 
 def lower(fn: Callable, inputs: Sequence[tuple[tuple[int, ...], torch.dtype]], decompose: bool = False) -> str:

@@ -16,7 +16,7 @@ from turbine.device import Device, open_device
 from turbine.device.registry import by_index
 from turbine.eager import factories
 from turbine.eager.tensor import DeviceTensor
-from turbine.eager.transfer import to_device, to_host
+from turbine.eager.transfer import to_device
 
 
 def turbine_device(value: Any) -> Device | None:
@@ -37,18 +37,6 @@ def _torch_device(value: Any) -> Any:
         if device is not None:
             return torch.device("turbine", device.index)
     return value
-
-
-class _ToDevice(torch.autograd.Function):
-    """Upload with a backward that brings the gradient back to the CPU (like ``.cuda()``)."""
-
-    @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, device: Device) -> DeviceTensor:
-        return to_device(tensor, device)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple:
-        return (to_host(grad) if isinstance(grad, DeviceTensor) else grad), None
 
 
 def _parse_to(args: tuple, kwargs: dict) -> tuple[Any, torch.dtype | None, dict]:
@@ -75,7 +63,9 @@ def _tensor_to(tensor: torch.Tensor, device: Device, dtype: torch.dtype | None, 
     if dtype is not None:
         tensor = tensor.to(dtype)
     if tensor.requires_grad and torch.is_grad_enabled():
-        return _ToDevice.apply(tensor, device)
+        # torch's own copy (empty + _copy_from on the turbine key) records ToCopyBackward, whose
+        # backward brings the gradient back to the CPU as it does for CUDA.
+        return torch.Tensor.to(tensor, target)
     return to_device(tensor, device)
 
 

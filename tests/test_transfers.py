@@ -1,0 +1,51 @@
+"""Buffers stay on the device: host transfers happen only when the user reads."""
+
+import torch
+
+D = "turbine:cpu"
+
+
+def test_chain_of_100_ops_makes_no_host_transfer(stats):
+    x = torch.randn(32, 32)
+    w = torch.randn(32, 32) * 0.1
+    xd, wd = x.to(D), w.to(D)
+    after_upload = stats()["host_transfers"]
+    y, expected = xd, x
+    for i in range(25):
+        y = torch.tanh(y @ wd) * 1.5 + 0.1
+        y = y - y.mean(dim=1, keepdim=True)
+        expected = torch.tanh(expected @ w) * 1.5 + 0.1
+        expected = expected - expected.mean(dim=1, keepdim=True)
+    assert stats()["dispatches"] >= 100
+    assert stats()["host_transfers"] == after_upload
+    result = y.cpu()
+    assert stats()["host_transfers"] == after_upload + 1
+    assert stats()["host_transfer_bytes"] >= 32 * 32 * 4
+    torch.testing.assert_close(result, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_factories_without_host_data_transfer_nothing(stats):
+    torch.zeros(100, 100, device=D)
+    torch.ones(10, device=D) + torch.arange(10, device=D)
+    torch.full((4, 4), 2.0, device=D).sum()
+    assert stats()["host_transfers"] == 0
+
+
+def test_reads_count_transfers(stats):
+    x = torch.randn(8, device=D)
+    uploads = stats()["host_transfers"]
+    x.tolist()
+    x[2].item()
+    assert stats()["host_transfers"] == uploads + 2
+
+
+def test_stats_reset():
+    import turbine
+
+    torch.ones(3, device=D).cpu()
+    turbine.reset_stats()
+    data = turbine.stats()
+    for name in ["kernels_compiled", "cache_hits_memory", "cache_hits_disk", "dispatches", "host_transfers",
+                 "host_transfer_bytes"]:
+        assert data[name] == 0
+    assert data["fallbacks"] == {}
