@@ -20,10 +20,12 @@ class Buffer:
 
     __slots__ = ("device", "hal", "nbytes", "ready")
 
-    def __init__(self, device: "Device", hal: rt.HalBuffer, ready: rt.HalFence | None = None) -> None:  # noqa: F821
+    def __init__(
+        self, device: "Device", hal: rt.HalBuffer, ready: rt.HalFence | None = None, nbytes: int | None = None  # noqa: F821
+    ) -> None:
         self.device = device
         self.hal = hal
-        self.nbytes = hal.byte_length()
+        self.nbytes = hal.byte_length() if nbytes is None else nbytes
         self.ready = ready
 
     def wait(self) -> None:

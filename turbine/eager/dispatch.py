@@ -26,7 +26,7 @@ from turbine.eager.dtypes import ELEMENT_TYPES, check_dtype
 from turbine.eager.launch import launch, result_buffer
 from turbine.eager.schema import OpSchema, functional_variant, schema_of
 from turbine.eager.signature import Leaves, rebuild, walk
-from turbine.eager.tensor import DeviceTensor, Storage, numel_of, wrap
+from turbine.eager.tensor import DenseLayout, DeviceTensor
 from turbine.eager.transfer import to_device, to_host
 from turbine.eager.views import dense, meta_like, write
 from turbine.errors import CompileError, UnsupportedOpError
@@ -39,6 +39,7 @@ aten = torch.ops.aten
 
 _plans: dict[tuple, Callable] = {}
 _handlers: dict[Any, Callable] = {}
+_schemas: dict[Any, OpSchema] = {}
 
 
 def run(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
@@ -60,7 +61,7 @@ def _choose_handler(func: Any) -> Callable:
 
 def _plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
     """Run ``func`` through the plan its key selects, building the plan on the first call."""
-    schema = schema_of(func)
+    schema = _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
     leaves = walk(func, schema, args, kwargs)
     key = tuple(leaves.key)
     plan = _plans.get(key)
@@ -227,7 +228,7 @@ class _KernelPlan:
         self.device = device
         self.kernel = kernel
         self.scalar_dtypes = scalar_dtypes
-        self.outputs = outputs  # (sizes, dtype) or None per output
+        self.outputs = outputs  # a DenseLayout, or None, per output
         self.structure = structure
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
@@ -239,17 +240,18 @@ class _KernelPlan:
                 tensor = dense(tensor)
             views.append(tensor.buffer_view())
             buffers.append(tensor._storage.buffer)
-        for value, dtype in zip(leaves.scalars, self.scalar_dtypes):
-            views.append(scalar_view(device, value, dtype))
+        if leaves.scalars:
+            for value, dtype in zip(leaves.scalars, self.scalar_dtypes):
+                views.append(scalar_view(device, value, dtype))
         results, ready = launch(self.kernel, device, views, buffers)
         outs = []
         index = 0
-        for output in self.outputs:
-            if output is None:
+        for layout in self.outputs:
+            if layout is None:
                 outs.append(None)
                 continue
             buffer, view = result_buffer(device, results, index, ready)
-            outs.append(wrap(buffer, output[1], output[0], view))
+            outs.append(layout.make(buffer, view))
             index += 1
         return self.structure(outs)
 
@@ -335,7 +337,7 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
             )
         except CompileError:
             raise direct from None
-    outputs = [None if m is None else (tuple(m.shape), m.dtype) for m in metas]
+    outputs = [None if m is None else DenseLayout(tuple(m.shape), m.dtype) for m in metas]
     return _KernelPlan(device, kernel, scalar_dtypes, outputs, structure)
 
 

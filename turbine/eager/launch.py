@@ -33,4 +33,4 @@ def launch(kernel: Kernel, device: Device, views: list, buffers: Sequence[Buffer
 def result_buffer(device: Device, results: rt.VmVariantList, index: int, ready: rt.HalFence) -> tuple[Buffer, rt.HalBufferView]:
     """The index-th result of a kernel as a Buffer (ready at ``ready``) and its buffer view."""
     view = results.get_as_object(index, rt.HalBufferView)
-    return Buffer(device, view.get_buffer(), ready), view
+    return Buffer(device, view.get_buffer(), ready, view.byte_length), view

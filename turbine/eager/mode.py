@@ -69,17 +69,28 @@ def _tensor_to(tensor: torch.Tensor, device: Device, dtype: torch.dtype | None, 
     return to_device(tensor, device)
 
 
+_TENSOR_TO = (torch.Tensor.to, torch.Tensor.cuda)
+_PARSE_TO = torch._C._nn._parse_to
+
+
 class DeviceMode(TorchFunctionMode):
-    """Routes calls that name a turbine device; every other call passes straight through."""
+    """Routes calls that name a turbine device; every other call passes straight through.
+
+    It sees every torch call in the process, so the common case (no device argument) is kept to
+    two checks.
+    """
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        if func is torch.Tensor.to or func is torch.Tensor.cuda:
+        if not kwargs:
+            if func not in _TENSOR_TO and func is not _PARSE_TO:
+                return func(*args)
+            kwargs = {}
+        if func in _TENSOR_TO:
             device, dtype, rest = _parse_to(args[1:], kwargs)
             target = turbine_device(device)
             if target is not None:
                 return _tensor_to(args[0], target, dtype, rest)
-        elif func is torch._C._nn._parse_to:
+        elif func is _PARSE_TO:
             # nn.Module.to parses its arguments here; hand it a device torch can parse.
             args = tuple(_torch_device(a) for a in args)
             kwargs = {k: _torch_device(v) for k, v in kwargs.items()}

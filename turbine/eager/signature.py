@@ -90,15 +90,26 @@ class Leaves:
 def walk(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Leaves:
     """Collect an op call's leaves; raises torch's mixed-device error for non-scalar CPU tensors."""
     leaves = Leaves()
-    leaves.key.append(func)
+    key = leaves.key
+    key.append(func)
     kinds = schema.kinds
     runtime = schema.runtime_scalars
     names = schema.names
     for i, value in enumerate(args):
-        leaves.value(value, kinds[i], names[i] in runtime)
-    for name, value in kwargs.items():
-        leaves.key.append(name)
-        leaves.value(value, schema.kind_by_name.get(name, CONST), name in runtime)
+        if type(value) is DeviceTensor:  # the common case, inlined
+            device = value._storage.device
+            if leaves.device is None:
+                leaves.device = device
+            elif device is not leaves.device:
+                raise _devices_error(leaves.device, device.name)
+            key.append(value._key)
+            leaves.tensors.append(value)
+        else:
+            leaves.value(value, kinds[i], names[i] in runtime)
+    if kwargs:
+        for name, value in kwargs.items():
+            key.append(name)
+            leaves.value(value, schema.kind_by_name.get(name, CONST), name in runtime)
     if leaves.foreign is not None and leaves.device is not None:
         raise _devices_error(leaves.device, leaves.foreign)
     return leaves

@@ -57,20 +57,21 @@ class DeviceTensor(torch.Tensor):
         requires_grad: bool = False,
     ) -> "DeviceTensor":
         sizes = tuple(sizes)
-        strides = contiguous_strides(sizes) if strides is None else tuple(strides)
+        dense_strides = contiguous_strides(sizes)
+        strides = dense_strides if strides is None else tuple(strides)
         self = torch.Tensor._make_wrapper_subclass(
             cls,
             sizes,
             strides=strides,
             storage_offset=offset,
             dtype=storage.dtype,
-            device=torch.device("turbine", storage.device.index),
+            device=torch_device(storage.device),
             requires_grad=requires_grad,
         )
         self._storage = storage
         # Dense: the tensor is exactly its whole storage, row-major, so kernels can read the
         # buffer as it is; any other view is gathered first (eager/views.py).
-        self._dense = offset == 0 and storage.numel == numel_of(sizes) and strides == contiguous_strides(sizes)
+        self._dense = offset == 0 and storage.numel == numel_of(sizes) and strides == dense_strides
         if self._dense:
             self._key = (sizes, storage.dtype)
         else:
@@ -119,6 +120,41 @@ def wrap(buffer: Buffer, dtype: torch.dtype, sizes: tuple[int, ...], view: rt.Ha
     if view is not None:
         tensor._view_cache = (buffer, view)
     return tensor
+
+
+class DenseLayout:
+    """Everything about a dense result that a plan knows before it runs, so making the tensor is cheap."""
+
+    __slots__ = ("sizes", "strides", "dtype", "numel", "key")
+
+    def __init__(self, sizes: tuple[int, ...], dtype: torch.dtype) -> None:
+        self.sizes = tuple(sizes)
+        self.strides = contiguous_strides(self.sizes)
+        self.dtype = dtype
+        self.numel = numel_of(self.sizes)
+        self.key = (self.sizes, dtype)
+
+    def make(self, buffer: Buffer, view: rt.HalBufferView) -> DeviceTensor:
+        """A new dense DeviceTensor over ``buffer`` (the hot path of every kernel result)."""
+        tensor = torch.Tensor._make_wrapper_subclass(
+            DeviceTensor, self.sizes, strides=self.strides, dtype=self.dtype, device=torch_device(buffer.device)
+        )
+        tensor._storage = Storage(buffer.device, self.dtype, self.numel, buffer)
+        tensor._dense = True
+        tensor._key = self.key
+        tensor._view_cache = (buffer, view)
+        return tensor
+
+
+_torch_devices: dict[int, torch.device] = {}
+
+
+def torch_device(device: Device) -> torch.device:
+    """``torch.device("turbine", k)`` for a Device, made once."""
+    result = _torch_devices.get(device.index)
+    if result is None:
+        result = _torch_devices[device.index] = torch.device("turbine", device.index)
+    return result
 
 
 from turbine.eager import dispatch, formatting  # noqa: E402  (they need DeviceTensor defined)
