@@ -1,11 +1,13 @@
 """Ops run as IREE kernels and match torch on the CPU."""
 
+import os
+
 import pytest
 import torch
 
 import turbine
 
-D = "turbine:cpu"
+D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 
 
 def check(fn, *inputs, **tolerance):

@@ -1,8 +1,10 @@
 """What a kernel signature holds: runtime scalars never recompile; shapes, dims and dtypes do."""
 
+import os
+
 import torch
 
-D = "turbine:cpu"
+D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 
 
 def test_scalar_multiplier_compiles_once(stats):
