@@ -37,6 +37,10 @@ def info() -> int:
         print(f"{package:20} {version}")
     import iree.runtime as rt
 
+    from turbine.kernels_cache import compiler_version
+
+    print(f"{'IREE compiler':20} {compiler_version()}")
+
     print(f"{'IREE drivers':20} {', '.join(rt.query_available_drivers())}")
     print(f"{'turbine devices':20} {', '.join(turbine.devices())}")
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.metadata
 
 from turbine.config import config
 from turbine.device import Device
@@ -14,8 +13,12 @@ _BACKENDS = {"cpu": "llvm-cpu", "cuda": "cuda", "hip": "rocm", "vulkan": "vulkan
 
 @functools.lru_cache(maxsize=None)
 def compiler_version() -> str:
-    """The iree-base-compiler version; part of every cache key since new compilers emit new code."""
-    return importlib.metadata.version("iree-base-compiler")
+    """The IREE compiler's version and source revision; part of every cache key, since a new
+    compiler emits new code. Read from the compiler package itself (installs without package
+    metadata, such as the GPU bundle, have it too)."""
+    import iree.compiler.version as version
+
+    return f"{version.VERSION}+{version.REVISIONS.get('IREE', 'unknown')}"
 
 
 @dataclasses.dataclass(frozen=True)
