@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
-import torch
+import os
+import tempfile
 
-import turbine
+# A fresh kernel cache per test session: tests count compiles and must not depend on (or fill)
+# the user's cache. Set before turbine is imported, since the cache reads it at import.
+os.environ.setdefault("TURBINE_CACHE_DIR", tempfile.mkdtemp(prefix="turbine-test-cache-"))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import turbine  # noqa: E402
 
 DEVICE = "turbine:cpu"
 

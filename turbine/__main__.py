@@ -1,10 +1,13 @@
-"""``python -m turbine``: ``demo`` runs the README example; ``info`` prints versions and devices."""
+"""``python -m turbine``: ``demo`` runs the README example; ``info`` prints versions, devices and the
+kernel cache; ``cache info|list|clear`` looks after the on-disk kernel cache."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import sys
+import time
 
 
 def demo(device: str) -> int:
@@ -43,6 +46,57 @@ def info() -> int:
 
     print(f"{'IREE drivers':20} {', '.join(rt.query_available_drivers())}")
     print(f"{'turbine devices':20} {', '.join(turbine.devices())}")
+    print(f"{'kernel cache':20} {turbine.config.cache_dir if turbine.config.cache_enabled else 'off (TURBINE_CACHE=0)'}")
+    return 0
+
+
+def _open_store(path: str | None):
+    """The cache directory to inspect, or an error message naming the problem and the way out."""
+    from pathlib import Path
+
+    from turbine.config import config
+    from turbine.kernels_cache import DiskStore
+
+    root = Path(path or config.cache_dir)
+    if not root.is_dir():
+        return None, f"no turbine kernel cache at {root} (nothing compiled yet, or TURBINE_CACHE_DIR points elsewhere)"
+    if not os.access(root, os.R_OK | os.X_OK):
+        return None, f"the turbine kernel cache at {root} cannot be read (check its permissions)"
+    return DiskStore(root, config.cache_max_bytes), None
+
+
+def _age(timestamp: float) -> str:
+    seconds = max(0, time.time() - timestamp)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def cache(args: argparse.Namespace) -> int:
+    store, error = _open_store(args.dir)
+    if error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.action == "info":
+        entries = list(store.entries())
+        print(f"{'directory':10} {store.root}")
+        print(f"{'entries':10} {len(entries)} kernels, {len(store.failures())} failed signatures")
+        print(f"{'bytes':10} {sum(e['bytes'] for e in entries)} (limit {store.max_bytes})")
+    elif args.action == "list":
+        entries = sorted(store.entries(), key=lambda e: -e["last_used"])
+        if args.op:
+            entries = [e for e in entries if args.op in e["op"]]
+        print(f"{'bytes':>8}  {'last used':>9}  {'compile s':>9}  op and signature")
+        for entry in entries:
+            seconds = entry["record"].get("compile_seconds", "?")
+            print(f"{entry['bytes']:>8}  {_age(entry['last_used']):>9}  {seconds:>9}  {entry['op']}")
+        for failure in store.failures():
+            if not args.op or args.op in failure.get("op", ""):
+                print(f"{'failed':>8}  {'':>9}  {'':>9}  {failure.get('op', '?')}: {failure.get('error', '').splitlines()[0][:120]}")
+    else:
+        count = store.clear(failed_only=args.failed)
+        print(f"removed {count} {'failed signatures' if args.failed else 'entries'} from {store.root}")
     return 0
 
 
@@ -51,10 +105,17 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run_demo = commands.add_parser("demo", help="run the README example and compare with torch on the CPU")
     run_demo.add_argument("--device", default="turbine:cpu")
-    commands.add_parser("info", help="versions of turbine, torch and IREE; drivers and devices")
+    commands.add_parser("info", help="versions of turbine, torch and IREE; drivers, devices, cache dir")
+    cache_parser = commands.add_parser("cache", help="inspect or clear the on-disk kernel cache")
+    cache_parser.add_argument("action", choices=["info", "list", "clear"])
+    cache_parser.add_argument("--op", help="list: only entries whose op contains this text (e.g. aten.mm)")
+    cache_parser.add_argument("--failed", action="store_true", help="clear: only the failed (negative) entries")
+    cache_parser.add_argument("--dir", help="the cache directory (default: TURBINE_CACHE_DIR or the user cache dir)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo(args.device)
+    if args.command == "cache":
+        return cache(args)
     return info()
 
 

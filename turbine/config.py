@@ -11,6 +11,8 @@ import dataclasses
 import os
 from typing import Iterator
 
+import platformdirs
+
 
 def _env_bool(name: str, default: bool) -> bool:
     value = os.environ.get(name)
@@ -35,6 +37,14 @@ class Config:
     hip_target: str = "gfx942"
     #: Largest number of scalar constants (0-d device buffers) kept per device for reuse.
     scalar_cache_size: int = 256
+    #: Keep compiled kernels on disk between processes.
+    cache_enabled: bool = True
+    #: Where the disk cache lives (default: the user cache dir, e.g. ~/.cache/turbine).
+    cache_dir: str = ""
+    #: Size limit of the disk cache; least recently used kernels go first.
+    cache_max_bytes: int = 2 * 1024**3
+    #: Show a progress bar (terminal, notebook) or log lines while kernels compile.
+    progress: bool = True
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -45,6 +55,10 @@ class Config:
             cpu_target=os.environ.get("TURBINE_CPU_TARGET", "host") or "host",
             cuda_target=os.environ.get("TURBINE_CUDA_TARGET", "sm_80") or "sm_80",
             hip_target=os.environ.get("TURBINE_HIP_TARGET", "gfx942") or "gfx942",
+            cache_enabled=_env_bool("TURBINE_CACHE", True),
+            cache_dir=os.environ.get("TURBINE_CACHE_DIR", "") or platformdirs.user_cache_dir("turbine"),
+            cache_max_bytes=int(os.environ.get("TURBINE_CACHE_MAX_BYTES", 2 * 1024**3)),
+            progress=_env_bool("TURBINE_PROGRESS", True),
         )
 
 

@@ -13,11 +13,14 @@ import threading
 import time
 from typing import Callable, Protocol
 
+from turbine.config import config
 from turbine.counters import counters
 from turbine.device import Device
 from turbine.errors import CompileError
 from turbine.kernels_cache.compiler import compile_mlir
 from turbine.kernels_cache.kernel import Kernel
+from turbine.kernels_cache.progress import BURST_GAP, progress
+from turbine.kernels_cache.store import DiskStore
 from turbine.kernels_cache.target import Target, target_for
 
 log = logging.getLogger("turbine")
@@ -72,6 +75,8 @@ class KernelCache:
         kernel = self._loaded.get(loaded_key)
         if kernel is not None:
             counters.cache_hits_memory += 1
+            if progress.bar is not None and time.monotonic() - progress.last > BURST_GAP:
+                progress.close()
             return kernel
         with self._lock:
             if key in self._failed:
@@ -99,6 +104,7 @@ class KernelCache:
                 self._failed[key] = error
                 raise error
         start = time.perf_counter()
+        progress.compiling(describe)
         try:
             text = lower()
             vmfb = compile_mlir(text, target)
@@ -113,12 +119,30 @@ class KernelCache:
             if self.store is not None:
                 self.store.save_failure(digest, str(error), {"op": describe})
             raise failure from None
+        finally:
+            progress.compiled()
         seconds = time.perf_counter() - start
         counters.kernels_compiled += 1
         log.debug("compiled %s in %.2f s", describe, seconds)
         if self.store is not None:
-            self.store.save(digest, vmfb, {"op": describe, "compile_seconds": seconds})
+            record = {
+                "op": describe,
+                "signature": repr(key[0]),
+                "target": f"{target.backend} {target.arch}".strip(),
+                "flags": list(target.flags),
+                "compiler": key[1][-1],
+                "lowering_version": LOWERING_VERSION,
+                "compile_seconds": round(seconds, 3),
+            }
+            self.store.save(digest, vmfb, record)
         return vmfb
 
 
-kernel_cache = KernelCache()
+def default_store() -> DiskStore | None:
+    """The disk store ``turbine.config`` asks for (None when ``TURBINE_CACHE=0``)."""
+    if not config.cache_enabled:
+        return None
+    return DiskStore(config.cache_dir, config.cache_max_bytes)
+
+
+kernel_cache = KernelCache(default_store())

@@ -1,0 +1,240 @@
+"""The on-disk kernel cache: reuse across processes, safety, size limit, negative entries, CLI."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import turbine
+from turbine.eager import dispatch
+from turbine.kernels_cache import CacheWarning, DiskStore, KernelCache, kernel_cache
+from turbine.kernels_cache import cache as cache_module
+
+WORKLOAD = textwrap.dedent(
+    """
+    import json, torch, turbine
+    torch.manual_seed(0)
+    x = torch.randn(16, 24, device="turbine:cpu")
+    w = torch.randn(24, 8, device="turbine:cpu")
+    y = torch.softmax(torch.tanh(x @ w) * 0.5, dim=1)
+    assert torch.allclose(y.cpu(), torch.softmax(torch.tanh(x.cpu() @ w.cpu()) * 0.5, dim=1), atol=1e-5)
+    print(json.dumps(turbine.stats()))
+    """
+)
+
+
+def run_workload(cache_dir, script=WORKLOAD, **env):
+    environment = dict(os.environ, TURBINE_CACHE_DIR=str(cache_dir), **env)
+    result = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """This process's kernel cache on an empty directory, with plans and memory cleared."""
+    store = DiskStore(tmp_path / "cache", 2**30)
+    monkeypatch.setattr(kernel_cache, "store", store)
+    kernel_cache.clear_memory()
+    dispatch.clear_plans()
+    yield store
+    kernel_cache.clear_memory()
+    dispatch.clear_plans()
+
+
+def forget_memory():
+    kernel_cache.clear_memory()
+    dispatch.clear_plans()
+
+
+def test_second_process_compiles_nothing(tmp_path):
+    first, _ = run_workload(tmp_path)
+    second, _ = run_workload(tmp_path)
+    assert first["kernels_compiled"] >= 4
+    assert second["kernels_compiled"] == 0
+    assert second["cache_hits_disk"] == first["kernels_compiled"]
+
+
+def test_entries_hold_module_and_readable_record(fresh_cache):
+    torch.exp(torch.randn(3, 5, device="turbine:cpu")).cpu()
+    entries = list(fresh_cache.entries())
+    assert len(entries) >= 1
+    record = entries[0]["record"]
+    for field in ["op", "signature", "target", "compile_seconds", "created", "compiler", "sha256", "bytes"]:
+        assert field in record
+    assert "aten.exp" in json.dumps([e["op"] for e in entries])
+
+
+def test_lookup_goes_memory_then_disk_then_compile(fresh_cache, stats):
+    x = torch.randn(4, 4, device="turbine:cpu")
+    torch.cos(x)
+    assert stats()["kernels_compiled"] == 1
+    torch.cos(x)
+    assert stats()["kernels_compiled"] == 1  # the plan holds the kernel: no lookup at all
+    forget_memory()
+    torch.testing.assert_close(torch.cos(x).cpu(), torch.cos(x.cpu()))
+    assert stats()["kernels_compiled"] == 1
+    assert stats()["cache_hits_disk"] == 1
+
+
+def test_four_processes_compiling_at_once(tmp_path):
+    environment = dict(os.environ, TURBINE_CACHE_DIR=str(tmp_path))
+    processes = [
+        subprocess.Popen([sys.executable, "-c", WORKLOAD], env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    for process in processes:
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err[-3000:]
+    store = DiskStore(tmp_path, 2**30)
+    entries = list(store.entries())
+    assert entries and len({e["digest"] for e in entries}) == len(entries)
+    for entry in entries:
+        assert store.load(entry["digest"]) is not None
+    assert not list(tmp_path.glob("kernels/*/.tmp-*"))
+    again, _ = run_workload(tmp_path)
+    assert again["kernels_compiled"] == 0
+
+
+def test_corrupt_entry_is_removed_and_recompiled_with_one_warning(fresh_cache, stats):
+    x = torch.randn(6, device="turbine:cpu")
+    torch.sin(x)
+    (entry,) = [e for e in fresh_cache.entries() if "sin" in e["op"]]
+    module = fresh_cache._module_path(entry["digest"])
+    module.write_bytes(module.read_bytes()[:100])
+    forget_memory()
+    with pytest.warns(CacheWarning, match="truncated or corrupt") as caught:
+        torch.testing.assert_close(torch.sin(x).cpu(), torch.sin(x.cpu()))
+    assert len([w for w in caught if issubclass(w.category, CacheWarning)]) == 1
+    assert stats()["kernels_compiled"] == 2
+    assert fresh_cache.load(entry["digest"]) is not None
+
+
+def test_unwritable_cache_dir_degrades_to_memory_with_one_warning(tmp_path, monkeypatch, stats):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.warns(CacheWarning, match="cannot be written"):
+        store = DiskStore(blocker / "cache", 2**30)
+    monkeypatch.setattr(kernel_cache, "store", store)
+    forget_memory()
+    x = torch.randn(5, device="turbine:cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning
+        torch.testing.assert_close(torch.atan(x).cpu(), torch.atan(x.cpu()))
+        torch.testing.assert_close(torch.erf(x).cpu(), torch.erf(x.cpu()))
+    assert stats()["kernels_compiled"] == 2
+    forget_memory()
+
+
+def test_full_disk_degrades_to_memory_with_one_warning(fresh_cache, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("turbine.kernels_cache.store.os.replace", full)
+    x = torch.randn(7, device="turbine:cpu")
+    with pytest.warns(CacheWarning, match="No space left"):
+        torch.testing.assert_close(torch.asinh(x).cpu(), torch.asinh(x.cpu()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(torch.acosh(x.abs() + 1).cpu(), torch.acosh(x.cpu().abs() + 1))
+    assert not list(fresh_cache.root.glob("kernels/*/*"))
+
+
+def test_ctrl_c_during_compile_or_write_leaves_no_entry(fresh_cache, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    x = torch.randn(3, device="turbine:cpu")
+    monkeypatch.setattr(cache_module, "compile_mlir", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        torch.expm1(x)
+    monkeypatch.undo()
+    monkeypatch.setattr(kernel_cache, "store", fresh_cache)
+    monkeypatch.setattr("turbine.kernels_cache.store.os.replace", interrupted)
+    forget_memory()
+    with pytest.raises(KeyboardInterrupt):
+        torch.log1p(x.abs())
+    assert not list(fresh_cache.root.glob("kernels/*/*"))
+    monkeypatch.undo()
+    monkeypatch.setattr(kernel_cache, "store", fresh_cache)
+    forget_memory()
+    torch.testing.assert_close(torch.expm1(x).cpu(), torch.expm1(x.cpu()))
+
+
+def test_size_limit_evicts_least_recently_used(tmp_path):
+    store = DiskStore(tmp_path, max_bytes=3500)
+    for i, digest in enumerate(["a" * 64, "b" * 64, "c" * 64]):
+        store.save(digest, bytes([i]) * 1000, {"op": f"op{i}"})
+        os.utime(store._module_path(digest), (1000 + i, 1000 + i))
+    store.load("a" * 64)  # touching "a" makes "b" the least recently used
+    store.save("d" * 64, b"d" * 1000, {"op": "op3"})
+    assert {e["digest"][0] for e in store.entries()} == {"a", "c", "d"}
+    assert sum(e["bytes"] for e in store.entries()) <= 3500
+
+
+def test_failed_compile_is_remembered_across_processes(tmp_path):
+    script = textwrap.dedent(
+        """
+        import json, torch, turbine
+        torch.exp(torch.rand(4, device="turbine:cpu"))
+        try:
+            torch.special.erfinv(torch.rand(4, device="turbine:cpu"))
+        except turbine.CompileError as error:
+            print("failed:", str(error).splitlines()[0])
+        print(json.dumps(turbine.stats()))
+        """
+    )
+    first, _ = run_workload(tmp_path, script)
+    second, _ = run_workload(tmp_path, script)
+    assert first["compile_failures"] >= 1
+    assert second["compile_failures"] == 0 and second["kernels_compiled"] == 0
+    store = DiskStore(tmp_path, 2**30)
+    assert store.failures()
+    assert store.clear(failed_only=True) >= 1
+    assert not store.failures() and list(store.entries())
+
+
+def test_turbine_cache_0_turns_the_disk_off(tmp_path):
+    first, _ = run_workload(tmp_path, TURBINE_CACHE="0")
+    assert first["kernels_compiled"] >= 4
+    assert not list(tmp_path.glob("kernels/*/*.vmfb"))
+
+
+def test_cli_info_list_clear(tmp_path):
+    run_workload(tmp_path)
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "turbine", *args], capture_output=True, text=True, timeout=120)
+
+    info = cli("cache", "info", "--dir", str(tmp_path))
+    assert info.returncode == 0 and "kernels" in info.stdout and str(tmp_path) in info.stdout
+    listing = cli("cache", "list", "--dir", str(tmp_path), "--op", "aten.mm")
+    assert "aten.mm" in listing.stdout and "aten.tanh" not in listing.stdout
+    cleared = cli("cache", "clear", "--dir", str(tmp_path))
+    assert cleared.returncode == 0 and "removed" in cleared.stdout
+    assert not list(DiskStore(tmp_path, 2**30).entries())
+    missing = cli("cache", "info", "--dir", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "no turbine kernel cache" in missing.stderr
+    general = cli("info")
+    assert "kernel cache" in general.stdout and "torch" in general.stdout
+
+
+def test_compiles_are_logged_when_not_interactive_and_quiet_from_cache(fresh_cache, caplog):
+    x = torch.randn(9, device="turbine:cpu")
+    with caplog.at_level("INFO", logger="turbine"):
+        torch.sinh(x)
+    assert any("compiling aten.sinh" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    forget_memory()
+    with caplog.at_level("INFO", logger="turbine"):
+        torch.sinh(x)
+    assert not any("compiling" in r.getMessage() for r in caplog.records)
+    forget_memory()
+    with turbine.override(progress=False), caplog.at_level("INFO", logger="turbine"):
+        torch.cosh(x)
+    assert not any("compiling" in r.getMessage() for r in caplog.records)
