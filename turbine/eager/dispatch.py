@@ -326,19 +326,18 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
 
     signature = _plain(tuple(leaves.key)) + (tuple(str(d) for d in scalar_dtypes),)
     describe = _describe(func, leaves)
-    try:
-        kernel = kernel_cache.kernel(signature, device, lambda: lowering.lower(traced, inputs), describe)
-    except CompileError as direct:
-        if func not in lowering.decompositions():
-            raise
-        try:
-            kernel = kernel_cache.kernel(
-                signature + ("decomposed",), device, lambda: lowering.lower(traced, inputs, decompose=True), describe
-            )
-        except CompileError:
-            raise direct from None
+    # The op as it is first; then torch's decompositions of it, where torch has some.
+    lowerings = [
+        lambda: lowering.lower(traced, inputs),
+        lambda: lowering.lower(traced, inputs, decompose=True) if func in lowering.decompositions() else _no_lowering(),
+    ]
+    kernel = kernel_cache.kernel(signature, device, lowerings, describe)
     outputs = [None if m is None else DenseLayout(tuple(m.shape), m.dtype) for m in metas]
     return _KernelPlan(device, kernel, scalar_dtypes, outputs, structure)
+
+
+def _no_lowering() -> str:
+    raise CompileError("torch has no decomposition for this op")
 
 
 # --- runtime scalars ------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import hashlib
 import logging
 import threading
 import time
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from turbine.config import config
 from turbine.counters import counters
@@ -26,7 +26,7 @@ from turbine.kernels_cache.target import Target, target_for
 log = logging.getLogger("turbine")
 
 #: Bump by hand whenever the eager layer changes how it lowers ops: old cache entries then miss.
-LOWERING_VERSION = 1
+LOWERING_VERSION = 2
 
 
 class KernelStore(Protocol):
@@ -63,11 +63,15 @@ class KernelCache:
             self._loaded.clear()
             self._failed.clear()
 
-    def kernel(self, signature: tuple, device: Device, lower: Callable[[], str], describe: str) -> Kernel:
-        """The loaded kernel for a signature on a device, compiling it (via ``lower``) only when new.
+    def kernel(
+        self, signature: tuple, device: Device, lower: Callable[[], str] | Sequence[Callable[[], str]], describe: str
+    ) -> Kernel:
+        """The loaded kernel for a signature on a device, compiling it only when new.
 
-        ``describe`` names the op and signature for error messages. Raises CompileError, the same
-        one every later time, when the compiler rejects the kernel.
+        ``lower`` gives the MLIR text; a sequence of them are alternatives tried in order until one
+        compiles (an op as it is, then decomposed), and the first that compiles is what the
+        signature's entry holds. ``describe`` names the op for messages. Raises CompileError,
+        the same one every later time, when the compiler rejects every alternative.
         """
         target = target_for(device)
         key = (signature, target.key(), LOWERING_VERSION)
@@ -91,7 +95,9 @@ class KernelCache:
             self._loaded[loaded_key] = kernel
             return kernel
 
-    def _load_or_compile(self, key: tuple, target: Target, lower: Callable[[], str], describe: str) -> bytes:
+    def _load_or_compile(
+        self, key: tuple, target: Target, lower: Callable[[], str] | Sequence[Callable[[], str]], describe: str
+    ) -> bytes:
         digest = digest_of(key)
         if self.store is not None:
             vmfb = self.store.load(digest)
@@ -106,8 +112,7 @@ class KernelCache:
         start = time.perf_counter()
         progress.compiling(describe)
         try:
-            text = lower()
-            vmfb = compile_mlir(text, target)
+            vmfb = _compile_first(lower if isinstance(lower, Sequence) else [lower], target)
         except CompileError as error:
             counters.compile_failures += 1
             failure = CompileError(
@@ -136,6 +141,17 @@ class KernelCache:
             }
             self.store.save(digest, vmfb, record)
         return vmfb
+
+
+def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> bytes:
+    """The module of the first lowering that compiles; else the first lowering's error."""
+    first_error = None
+    for lower in lowerings:
+        try:
+            return compile_mlir(lower(), target)
+        except CompileError as error:
+            first_error = first_error or error
+    raise first_error
 
 
 def default_store() -> DiskStore | None:
