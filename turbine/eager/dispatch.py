@@ -23,10 +23,10 @@ from turbine.config import config
 from turbine.device import Device, upload_scalar
 from turbine.eager import factories, host, lowering
 from turbine.eager.dtypes import ELEMENT_TYPES, check_dtype
-from turbine.eager.launch import launch, result_buffer
+from turbine.eager.launch import launch
 from turbine.eager.schema import OpSchema, functional_variant, schema_of
 from turbine.eager.signature import Leaves, rebuild, walk
-from turbine.eager.tensor import DenseLayout, DeviceTensor
+from turbine.eager.tensor import DenseLayout, DeviceTensor, torch_device
 from turbine.eager.transfer import to_device, to_host
 from turbine.eager.views import dense, meta_like, write
 from turbine.errors import CompileError, UnsupportedOpError
@@ -229,6 +229,7 @@ class _KernelPlan:
         self.kernel = kernel
         self.scalar_dtypes = scalar_dtypes
         self.outputs = outputs  # a DenseLayout, or None, per output
+        self.torch_device = torch_device(device)
         self.structure = structure
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
@@ -243,16 +244,8 @@ class _KernelPlan:
         if leaves.scalars:
             for value, dtype in zip(leaves.scalars, self.scalar_dtypes):
                 views.append(scalar_view(device, value, dtype))
-        results, ready = launch(self.kernel, device, views, buffers)
-        outs = []
-        index = 0
-        for layout in self.outputs:
-            if layout is None:
-                outs.append(None)
-                continue
-            buffer, view = result_buffer(device, results, index, ready)
-            outs.append(layout.make(buffer, view))
-            index += 1
+        results = iter(launch(self.kernel, device, views, buffers))
+        outs = [None if layout is None else layout.make(*next(results), self.torch_device) for layout in self.outputs]
         return self.structure(outs)
 
 

@@ -16,7 +16,7 @@ from turbine.device import Buffer, Device
 from turbine.device.registry import by_index
 from turbine.eager import lowering
 from turbine.eager.dtypes import check_dtype
-from turbine.eager.launch import launch, result_buffer
+from turbine.eager.launch import launch
 from turbine.eager.tensor import DeviceTensor, Storage, numel_of, wrap
 from turbine.eager.transfer import to_device
 from turbine.kernels_cache import kernel_cache
@@ -121,6 +121,5 @@ def _run_factory_kernel(func: Callable, name: str, args: tuple, kwargs: dict, de
         )
         entry = _kernels[key] = (kernel, sizes, meta.dtype)
     kernel, sizes, dtype = entry
-    results, ready = launch(kernel, device, [], [])
-    buffer, view = result_buffer(device, results, 0, ready)
+    ((buffer, view),) = launch(kernel, device, [], [])
     return wrap(buffer, dtype, sizes, view)

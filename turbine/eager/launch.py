@@ -11,6 +11,7 @@ from turbine.device import Buffer, Device
 from turbine.kernels_cache import Kernel
 
 _NO_WAIT = rt.HalFence(0)
+_VIEW = rt.HalBufferView
 
 
 def wait_fence(buffers: Sequence[Buffer]) -> rt.HalFence:
@@ -23,14 +24,15 @@ def wait_fence(buffers: Sequence[Buffer]) -> rt.HalFence:
     return rt.HalFence.join(fences)
 
 
-def launch(kernel: Kernel, device: Device, views: list, buffers: Sequence[Buffer]) -> tuple[rt.VmVariantList, rt.HalFence]:
-    """Enqueue ``kernel`` on ``views`` once ``buffers`` are ready; returns its results and their fence."""
+def launch(kernel: Kernel, device: Device, views: list, buffers: Sequence[Buffer]) -> list[tuple[Buffer, rt.HalBufferView]]:
+    """Enqueue ``kernel`` on ``views`` once ``buffers`` are ready.
+
+    Returns each result as a Buffer (ready when the kernel is done) with its buffer view.
+    """
     results, ready = kernel.invoke(views, wait_fence(buffers), device.new_fence())
     counters.dispatches += 1
-    return results, ready
-
-
-def result_buffer(device: Device, results: rt.VmVariantList, index: int, ready: rt.HalFence) -> tuple[Buffer, rt.HalBufferView]:
-    """The index-th result of a kernel as a Buffer (ready at ``ready``) and its buffer view."""
-    view = results.get_as_object(index, rt.HalBufferView)
-    return Buffer(device, view.get_buffer(), ready, view.byte_length), view
+    outputs = []
+    for index in range(results.size):
+        view = results.get_as_object(index, _VIEW)
+        outputs.append((Buffer(device, view.get_buffer(), ready, view.byte_length), view))
+    return outputs

@@ -134,10 +134,10 @@ class DenseLayout:
         self.numel = numel_of(self.sizes)
         self.key = (self.sizes, dtype)
 
-    def make(self, buffer: Buffer, view: rt.HalBufferView) -> DeviceTensor:
+    def make(self, buffer: Buffer, view: rt.HalBufferView, device: torch.device) -> DeviceTensor:
         """A new dense DeviceTensor over ``buffer`` (the hot path of every kernel result)."""
         tensor = torch.Tensor._make_wrapper_subclass(
-            DeviceTensor, self.sizes, strides=self.strides, dtype=self.dtype, device=torch_device(buffer.device)
+            DeviceTensor, self.sizes, strides=self.strides, dtype=self.dtype, device=device
         )
         tensor._storage = Storage(buffer.device, self.dtype, self.numel, buffer)
         tensor._dense = True

@@ -13,7 +13,7 @@ import torch
 import iree.runtime as rt
 
 from turbine.eager.dtypes import ELEMENT_TYPES
-from turbine.eager.launch import launch, result_buffer
+from turbine.eager.launch import launch
 from turbine.eager.lowering import lower
 from turbine.eager.tensor import DeviceTensor, wrap
 from turbine.kernels_cache import kernel_cache
@@ -62,8 +62,7 @@ def dense(tensor: DeviceTensor) -> DeviceTensor:
         lambda: lower(gather, [((numel,), storage.dtype)]),
         f"gather of a view {sizes} strides {strides} offset {offset}",
     )
-    results, ready = launch(kernel, storage.device, [_flat_view(tensor)], [storage.buffer])
-    buffer, view = result_buffer(storage.device, results, 0, ready)
+    ((buffer, view),) = launch(kernel, storage.device, [_flat_view(tensor)], [storage.buffer])
     return wrap(buffer, tensor.dtype, sizes, view)
 
 
@@ -90,5 +89,4 @@ def write(target: DeviceTensor, values: DeviceTensor) -> None:
         f"write into a view {sizes} strides {strides} offset {offset}",
     )
     inputs = [_flat_view(target), values.buffer_view()]
-    results, ready = launch(kernel, storage.device, inputs, [storage.buffer, values._storage.buffer])
-    storage.buffer, _ = result_buffer(storage.device, results, 0, ready)
+    ((storage.buffer, _),) = launch(kernel, storage.device, inputs, [storage.buffer, values._storage.buffer])
