@@ -12,7 +12,7 @@ import torch
 
 import turbine
 from turbine.eager import dispatch
-from turbine.kernels_cache import CacheWarning, DiskStore, KernelCache, kernel_cache
+from turbine.kernels_cache import CacheWarning, DiskStore, kernel_cache
 from turbine.kernels_cache import cache as cache_module
 
 WORKLOAD = textwrap.dedent(

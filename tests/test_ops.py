@@ -110,3 +110,11 @@ def test_pow_of_negative_bases():
     check(lambda t: t.square(), x)
     check(lambda t, e: t ** e, x, torch.randint(-2, 4, (4, 5)).float())
     check(lambda t, e: torch.pow(t, e), x, torch.randn(4, 5), equal_nan=True)
+
+
+def test_scalar_sign_of_zero_and_nan_are_kept():
+    x = torch.randn(5).abs() + 0.5
+    check(lambda t: 1 / (t * 0.0), x)
+    check(lambda t: 1 / (t * -0.0), x)
+    check(lambda t: t * float("nan"), x, equal_nan=True)
+    check(lambda t: t + float("inf"), x)

@@ -342,7 +342,8 @@ def scalar_view(device: Device, value: Any, dtype: torch.dtype) -> rt.HalBufferV
     """A 0-d device buffer holding a runtime scalar (Python numbers are reused from a small cache)."""
     if isinstance(value, torch.Tensor):
         return _upload_scalar(device, value.to(dtype))
-    key = (device.index, type(value), value, dtype)
+    # float.hex tells -0.0 from 0.0 (equal, and equal hashes, as dict keys) and lets NaN hit.
+    key = (device.index, type(value), value.hex() if type(value) is float else value, dtype)
     view = _scalar_buffers.get(key)
     if view is None:
         if len(_scalar_buffers) >= config.scalar_cache_size:

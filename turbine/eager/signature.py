@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 
 from turbine.device import Device
-from turbine.eager.schema import CONST, SCALAR, TENSOR, TENSOR_LIST, OpSchema
+from turbine.eager.schema import CONST, TENSOR, TENSOR_LIST, OpSchema
 from turbine.eager.tensor import DeviceTensor
 
 _NUMBERS = (int, float, bool)
