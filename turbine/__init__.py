@@ -16,6 +16,7 @@ from turbine.counters import reset_stats, stats
 from turbine.device import Device, available, open_device
 from turbine.device.registry import current
 from turbine.eager import DeviceTensor
+from turbine.eager.fallback import TurbineFallbackWarning, fallback
 from turbine.errors import CompileError, DeviceNotFoundError, TurbineError, UnsupportedDtypeError, UnsupportedOpError
 
 logging.getLogger("turbine").addHandler(logging.NullHandler())
@@ -50,10 +51,12 @@ __all__ = [
     "TurbineError",
     "UnsupportedDtypeError",
     "UnsupportedOpError",
+    "TurbineFallbackWarning",
     "config",
     "current_device",
     "device",
     "devices",
+    "fallback",
     "override",
     "reset_stats",
     "stats",

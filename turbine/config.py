@@ -45,6 +45,8 @@ class Config:
     cache_max_bytes: int = 2 * 1024**3
     #: Show a progress bar (terminal, notebook) or log lines while kernels compile.
     progress: bool = True
+    #: What runs an op no IREE kernel can run: "device", "host" or "error" (eager/fallback.py).
+    fallback: str = "device"
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -59,6 +61,7 @@ class Config:
             cache_dir=os.environ.get("TURBINE_CACHE_DIR", "") or platformdirs.user_cache_dir("turbine"),
             cache_max_bytes=int(os.environ.get("TURBINE_CACHE_MAX_BYTES", 2 * 1024**3)),
             progress=_env_bool("TURBINE_PROGRESS", True),
+            fallback=os.environ.get("TURBINE_FALLBACK", "device") or "device",
         )
 
 

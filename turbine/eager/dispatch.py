@@ -21,7 +21,7 @@ import torch
 
 from turbine.config import config
 from turbine.device import Device, upload_scalar
-from turbine.eager import factories, host, lowering
+from turbine.eager import factories, fallback, host, lowering
 from turbine.eager.dtypes import ELEMENT_TYPES, check_dtype
 from turbine.eager.launch import launch
 from turbine.eager.schema import OpSchema, functional_variant, schema_of
@@ -66,8 +66,25 @@ def _plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
     key = tuple(leaves.key)
     plan = _plans.get(key)
     if plan is None:
-        plan = _plans[key] = _build_plan(func, schema, args, kwargs, leaves)
+        try:
+            plan = _build_plan(func, schema, args, kwargs, leaves)
+        except (CompileError, UnsupportedOpError) as reason:
+            if schema.aliased_output and not schema.written:
+                raise  # a copy made by torch would not alias the input as a view must
+            plan = _FallbackPlan(func, reason)
+        _plans[key] = plan
     return plan(leaves, args, kwargs)
+
+
+class _FallbackPlan:
+    """An op IREE cannot run: every call goes to the fallback policy in force at that call."""
+
+    def __init__(self, func: Any, reason: Exception) -> None:
+        self.func = func
+        self.reason = reason
+
+    def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        return fallback.run(self.func, args, kwargs, self.reason)
 
 
 def clear_plans() -> None:
@@ -108,15 +125,11 @@ def _meta_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Any:
         return func(*meta_args, **meta_kwargs)
     except NotImplementedError as error:
         raise UnsupportedOpError(
-            f"{func} cannot run on turbine: torch has no shape rule for it (its output shape may depend on the "
-            f"data). {str(error).splitlines()[0]}"
-        ) from None
+            f"{func} has no shape rule in torch (its output shape may depend on the data)"
+        ) from error
     except Exception as error:
         if "data-dependent" in str(error) or type(error).__name__ == "DynamicOutputShapeException":
-            raise UnsupportedOpError(
-                f"{func} has an output shape that depends on the data, which single-op IREE kernels cannot express "
-                "yet. Move the tensor to the CPU for this op (.cpu())."
-            ) from None
+            raise UnsupportedOpError(f"{func} has an output shape that depends on the data") from error
         _raise_as_torch_cpu(func, schema, args, kwargs)
         raise
 

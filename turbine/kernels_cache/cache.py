@@ -117,7 +117,7 @@ class KernelCache:
             counters.compile_failures += 1
             failure = CompileError(
                 f"IREE could not compile {describe} for {target.backend} ({target.arch or 'default'}):\n{error}\n"
-                "Set TURBINE_FALLBACK or turbine.config to run such ops another way, or report the op.",
+                "turbine runs such ops by its fallback policy (TURBINE_FALLBACK).",
                 error.diagnostics,
             )
             self._failed[key] = failure

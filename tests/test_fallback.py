@@ -1,0 +1,121 @@
+"""Ops IREE cannot run go to the fallback policy: device (torch on the same memory), host, or error."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import turbine
+from turbine.config import Config
+from turbine.eager import fallback as fallback_module
+
+D = "turbine:cpu"
+POLICIES = ["device", "host"]
+
+
+def fresh_warnings():
+    fallback_module._warned.clear()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_op_without_lowering_runs_under_each_policy(policy, stats):
+    x = torch.rand(4, 6) * 1.8 - 0.9  # erfinv: IREE 3.13 has no lowering for it
+    xd = x.to(D)
+    uploads = stats()["host_transfers"]
+    with turbine.fallback(policy):
+        result = torch.special.erfinv(xd)
+    assert isinstance(result, turbine.DeviceTensor)
+    moved = stats()["host_transfers"] - uploads
+    assert moved == (0 if policy == "device" else 2)  # device: zero-copy; host: one down, one up
+    torch.testing.assert_close(result.cpu(), torch.special.erfinv(x))
+    assert stats()["fallbacks"]["aten.erfinv.default"] == 1
+
+
+def test_error_policy_names_the_op_and_the_way_out():
+    with turbine.fallback("error"):
+        with pytest.raises(turbine.UnsupportedOpError, match=r"aten.erfinv.default.*TURBINE_FALLBACK=device"):
+            torch.special.erfinv(torch.rand(3, device=D))
+
+
+def test_policy_from_environment_and_validation(monkeypatch):
+    monkeypatch.setenv("TURBINE_FALLBACK", "host")
+    assert Config.from_env().fallback == "host"
+    with pytest.raises(ValueError, match="unknown turbine fallback policy"):
+        with turbine.fallback("cpu"):
+            pass
+
+
+def test_each_fallback_is_counted_and_warned_once_per_op(stats):
+    fresh_warnings()
+    xd = torch.rand(5, device=D)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            torch.special.erfinv(xd)
+    relevant = [w for w in caught if issubclass(w.category, turbine.TurbineFallbackWarning)]
+    assert len(relevant) == 1 and "aten.erfinv.default" in str(relevant[0].message)
+    assert stats()["fallbacks"]["aten.erfinv.default"] == 3
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_data_dependent_output_shapes(policy):
+    x = torch.randn(6, 5)
+    xd = x.to(D)
+    with turbine.fallback(policy):
+        torch.testing.assert_close(torch.nonzero(xd > 0).cpu(), torch.nonzero(x > 0))
+        torch.testing.assert_close(torch.unique(xd.round()).cpu(), torch.unique(x.round()))
+        torch.testing.assert_close(torch.masked_select(xd, xd > 0.5).cpu(), torch.masked_select(x, x > 0.5))
+        torch.testing.assert_close(xd[xd < 0].cpu(), x[x < 0])
+        assigned, expected = xd.clone(), x.clone()
+        assigned[assigned > 0] = -1.0
+        expected[expected > 0] = -1.0
+        torch.testing.assert_close(assigned.cpu(), expected)
+        assert torch.equal(xd, xd.clone()) and not torch.equal(xd, xd + 1)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_in_place_and_out_fallbacks_change_the_tensor_and_its_views(policy):
+    x = torch.rand(4, 5) * 1.8 - 0.9
+    with turbine.fallback(policy):
+        xd = x.to(D)
+        row = xd[1]
+        xd[1:3].erfinv_()
+        expected = x.clone()
+        expected[1:3].erfinv_()
+        torch.testing.assert_close(xd.cpu(), expected)
+        torch.testing.assert_close(row.cpu(), expected[1])
+        out = torch.empty(4, 5).to(D)
+        result = torch.special.erfinv(x.to(D), out=out)
+        assert result is out
+        torch.testing.assert_close(out.cpu(), torch.special.erfinv(x))
+
+
+def test_op_neither_path_can_run_names_both_attempts():
+    xd = torch.randn(3, 3, device=D)
+    with pytest.raises(turbine.UnsupportedOpError, match=r"IREE could not run it .* neither could torch's kernel"):
+        xd.to_sparse()
+
+
+def test_failed_compile_costs_one_compile_and_none_in_a_second_process(tmp_path):
+    script = textwrap.dedent(
+        """
+        import json, warnings, torch, turbine
+        warnings.simplefilter("ignore")
+        x = torch.rand(8, device="turbine:cpu") - 0.5
+        for _ in range(3):
+            y = torch.special.erfinv(x)
+        assert torch.allclose(y.cpu(), torch.special.erfinv(x.cpu()))
+        print(json.dumps(turbine.stats()))
+        """
+    )
+    env = dict(os.environ, TURBINE_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300) for _ in range(2)]
+    first, second = [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
+    assert first["compile_failures"] == 1 and first["fallbacks"]["aten.erfinv.default"] == 3
+    assert second["compile_failures"] == 0 and second["kernels_compiled"] == 0
+    assert second["fallbacks"]["aten.erfinv.default"] == 3
