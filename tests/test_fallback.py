@@ -14,7 +14,7 @@ import turbine
 from turbine.config import Config
 from turbine.eager import fallback as fallback_module
 
-D = "turbine:cpu"
+D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 POLICIES = ["device", "host"]
 
 
