@@ -111,8 +111,20 @@ def _torch_tensor(tensor: DeviceTensor) -> torch.Tensor:
     storage = tensor._storage
     storage.buffer.wait()
     device = storage.device
-    flat = rt.HalBufferView(storage.buffer.hal, [storage.numel], ELEMENT_TYPES[storage.dtype])
-    shared = torch.from_dlpack(device.hal.create_dlpack_capsule(flat, device.dlpack_type, device.spec.ordinal))
+    element_type = ELEMENT_TYPES[storage.dtype]
+    flat = rt.HalBufferView(storage.buffer.hal, [storage.numel], element_type)
+    try:
+        capsule = device.hal.create_dlpack_capsule(flat, device.dlpack_type, device.spec.ordinal)
+    except (ValueError, RuntimeError):
+        # IREE's CUDA driver cannot export queue-ordered (pooled) allocations, which kernel results
+        # are: copy into a plain allocation on the device, which it can export.
+        plain = device.allocate(storage.buffer.nbytes)
+        done = device.new_fence()
+        device.hal.queue_copy(storage.buffer.hal, plain, rt.HalFence(0), done)
+        done.wait()
+        flat = rt.HalBufferView(plain, [storage.numel], element_type)
+        capsule = device.hal.create_dlpack_capsule(flat, device.dlpack_type, device.spec.ordinal)
+    shared = torch.from_dlpack(capsule)
     return shared.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
 
