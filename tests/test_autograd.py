@@ -63,23 +63,35 @@ def test_gradient_flows_back_to_a_cpu_leaf():
     torch.testing.assert_close(w.grad, torch.full((3, 3), 2.0))
 
 
-def test_backward_on_a_second_device():
-    x = torch.randn(4, 4, requires_grad=True)
-    xd = x.detach().to("turbine:cpu1").requires_grad_()
-    (xd.exp() * xd).sum().backward()
-    (x.exp() * x).sum().backward()
-    assert xd.grad.device == xd.device
-    torch.testing.assert_close(xd.grad.cpu(), x.grad)
-
-
-def test_backward_across_two_devices():
-    """Runs in a fresh interpreter: after a backward whose graph also holds a CPU leaf, torch's
-    Python device guard aborts a later backward that crosses turbine devices (a torch limitation,
-    see the README's known limitations)."""
+def run_fresh(script):
+    """Run a script in a fresh interpreter (see the README's known limitations: after other autograd
+    work in a process, torch's Python device guard can abort a backward on a turbine device other
+    than the first)."""
     import subprocess
     import sys
 
-    script = """
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_backward_on_a_second_device():
+    run_fresh(
+        """
+import torch, turbine
+x = torch.randn(4, 4, requires_grad=True)
+xd = x.detach().to("turbine:cpu1").requires_grad_()
+(xd.exp() * xd).sum().backward()
+(x.exp() * x).sum().backward()
+assert xd.grad.device == xd.device
+torch.testing.assert_close(xd.grad.cpu(), x.grad)
+print("ok")
+"""
+    )
+
+
+def test_backward_across_two_devices():
+    run_fresh(
+        """
 import torch, turbine
 x = torch.randn(3, 3, requires_grad=True)
 a = x.detach().to("turbine:cpu").requires_grad_()
@@ -90,5 +102,4 @@ torch.testing.assert_close(a.grad.cpu(), x.grad)
 assert a.grad.device == a.device
 print("ok")
 """
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+    )
