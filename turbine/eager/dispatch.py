@@ -63,7 +63,9 @@ def _plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
     """Run ``func`` through the plan its key selects, building the plan on the first call."""
     schema = _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
     leaves = walk(func, schema, args, kwargs)
-    key = tuple(leaves.key)
+    # A plan holds kernels loaded on one device, so the device is part of its key (the kernel
+    # cache shares compiled modules between devices of one target by itself).
+    key = (*leaves.key, leaves.device.index if leaves.device is not None else None)
     plan = _plans.get(key)
     if plan is None:
         try:
