@@ -6,7 +6,9 @@ op on meta tensors (which also gives torch's own error messages); later calls ru
 
 - KernelPlan: one compiled IREE kernel (from the kernel cache) enqueued with fences;
 - ViewPlan: a view of the input's storage, no kernel;
-- MutationPlan: in-place and ``out=`` ops, as their out-of-place twin plus a write-back.
+- MutationPlan: in-place and ``out=`` ops, as their out-of-place twin plus a write-back;
+- FallbackPlan: an op IREE cannot run (no lowering, data-dependent shapes) goes to the fallback
+  policy (eager/fallback.py) on every call, without trying the compiler again.
 
 A few ops that move data or need torch's CPU semantics are handled before that (SPECIAL).
 """
