@@ -100,3 +100,22 @@ def test_module_to_moves_parameters():
     assert all(p.device.type == "turbine" for p in model.parameters())
     assert all(isinstance(p, torch.nn.Parameter) or p.requires_grad for p in model.parameters())
     torch.testing.assert_close(model(x.to(D)).cpu(), expected)
+
+
+def test_in_place_random_ops_give_torch_cpu_numbers():
+    x = torch.empty(4, 6)
+    xd = torch.empty(4, 6).to(D)
+    for op in [lambda t: t.uniform_(-2, 3), lambda t: t.normal_(1.0, 0.5), lambda t: t.bernoulli_(0.3)]:
+        torch.manual_seed(11)
+        expected = op(x.clone())
+        torch.manual_seed(11)
+        actual = op(xd)
+        assert actual is xd
+        torch.testing.assert_close(xd.cpu(), expected)
+    torch.manual_seed(5)
+    row = torch.zeros(3, 4).to(D)
+    row[1].uniform_()
+    torch.manual_seed(5)
+    expected = torch.zeros(3, 4)
+    expected[1].uniform_()
+    torch.testing.assert_close(row.cpu(), expected)
