@@ -238,3 +238,22 @@ def test_compiles_are_logged_when_not_interactive_and_quiet_from_cache(fresh_cac
     with turbine.override(progress=False), caplog.at_level("INFO", logger="turbine"):
         torch.cosh(x)
     assert not any("compiling" in r.getMessage() for r in caplog.records)
+
+
+def test_compile_burst_shows_a_progress_bar_that_goes_away(fresh_cache, monkeypatch):
+    from turbine.kernels_cache import progress as progress_module
+
+    monkeypatch.setattr(progress_module, "_interactive", lambda: True)
+    monkeypatch.setattr(progress_module, "BURST_GAP", 30.0)
+    bar = progress_module.progress
+    bar.close()
+    bar.last = 0.0  # start a new burst whatever earlier tests compiled
+    x = torch.randn(11, device="turbine:cpu")
+    torch.sin(x)
+    assert bar.bar is None  # one compile is not worth a bar
+    torch.cos(x)
+    assert bar.bar is not None and bar.bar.n == 2
+    monkeypatch.setattr(cache_module, "BURST_GAP", 0.0)  # the burst is over
+    dispatch.clear_plans()
+    torch.sin(x)  # a memory-cache hit once compiling stopped closes the bar
+    assert bar.bar is None
