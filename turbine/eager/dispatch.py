@@ -434,7 +434,7 @@ def _empty(func: Any, args: tuple, kwargs: dict) -> Any:
 
 def _random(func: Any, args: tuple, kwargs: dict) -> Any:
     """Random ops draw from torch's CPU generator, so seeds give torch's CPU numbers."""
-    return host.run_on_host(func, args, kwargs)
+    return host.run_on_host(func, args, kwargs, host.device_of(args, kwargs))
 
 
 def _decompose(func: Any, args: tuple, kwargs: dict) -> Any:

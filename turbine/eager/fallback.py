@@ -20,7 +20,6 @@ import warnings
 from typing import Any, Iterator
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
 import iree.runtime as rt
 
 from turbine.config import config
@@ -30,7 +29,6 @@ from turbine.eager import host
 from turbine.eager.dtypes import ELEMENT_TYPES
 from turbine.eager.tensor import DeviceTensor, Storage
 from turbine.eager.transfer import to_device
-from turbine.eager.views import write
 from turbine.errors import UnsupportedOpError
 
 POLICIES = ("device", "host", "error")
@@ -71,7 +69,7 @@ def run(func: Any, args: tuple, kwargs: dict, reason: Exception) -> Any:
             "TURBINE_FALLBACK=device (torch's kernel on the device memory) or host, or use "
             "`with turbine.fallback('device'):`."
         ) from reason
-    device = _device_of(args, kwargs)
+    device = host.device_of(args, kwargs)
     if policy == "device" and not _torch_runs_on(device):
         policy = "host"
     name = str(func)
@@ -84,20 +82,13 @@ def run(func: Any, args: tuple, kwargs: dict, reason: Exception) -> Any:
         )
     try:
         if policy == "host":
-            return host.run_on_host(func, args, kwargs)
+            return host.run_on_host(func, args, kwargs, device)
         return _run_on_device_memory(func, args, kwargs, device)
     except Exception as error:
         raise UnsupportedOpError(
             f"{func} could not run on {device.name if device else 'turbine'}: IREE could not run it ({why}), and "
             f"neither could torch's kernel under the '{policy}' fallback ({str(error).splitlines()[0] if str(error) else type(error).__name__})."
         ) from error
-
-
-def _device_of(args: tuple, kwargs: dict) -> Device | None:
-    for value in tree_flatten((args, kwargs))[0]:
-        if isinstance(value, DeviceTensor):
-            return value._storage.device
-    return None
 
 
 def _torch_runs_on(device: Device | None) -> bool:
@@ -146,45 +137,12 @@ def _import(result: torch.Tensor, device: Device) -> DeviceTensor:
 
 
 def _run_on_device_memory(func: Any, args: tuple, kwargs: dict, device: Device) -> Any:
-    """torch's kernel over shared memory. Arguments the op writes are cloned first (torch's kernel,
-    device memory) and the clones written back, so no buffer turbine handed out changes under it."""
-    written = {id(v) for v in _written_arguments(func, args, kwargs)}
-    originals: dict[int, DeviceTensor] = {}
+    """torch's kernel over shared memory; an argument the op writes is first cloned by torch (on
+    the device) and the clone written back, so no buffer turbine handed out changes under it."""
 
-    def share(value: Any) -> Any:
-        if isinstance(value, DeviceTensor):
-            shared = _torch_tensor(value)
-            if id(value) in written:
-                shared = shared.clone()
-            originals[id(shared)] = value
-            return shared
-        if isinstance(value, torch.device) and value.type == "turbine":
-            return torch.device("cuda", device.spec.ordinal) if device.kind == "cuda" else torch.device("cpu")
-        return value
+    def shared(tensor: DeviceTensor, written: bool) -> torch.Tensor:
+        result = _torch_tensor(tensor)
+        return result.clone() if written else result
 
-    torch_args, torch_kwargs = tree_map(share, (args, kwargs))
-    result = func(*torch_args, **torch_kwargs)
-    for shared in tree_flatten((torch_args, torch_kwargs))[0]:
-        target = originals.get(id(shared))
-        if target is not None and id(target) in written:
-            if shared.shape != target.shape:
-                raise UnsupportedOpError(f"turbine cannot resize the written argument of shape {list(target.shape)}")
-            write(target, _import(shared, device))
-
-    def back(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            target = originals.get(id(value))
-            return target if target is not None else _import(value, device)
-        return value
-
-    return tree_map(back, result)
-
-
-def _written_arguments(func: Any, args: tuple, kwargs: dict) -> list:
-    found = []
-    for position, argument in enumerate(func._schema.arguments):
-        if argument.alias_info is None or not argument.alias_info.is_write:
-            continue
-        value = kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
-        found += [v for v in tree_flatten(value)[0] if isinstance(v, DeviceTensor)]
-    return found
+    torch_device = torch.device("cuda", device.spec.ordinal) if device.kind == "cuda" else torch.device("cpu")
+    return host.run_with_torch(func, args, kwargs, shared, lambda result: _import(result, device), torch_device)

@@ -1,61 +1,95 @@
-"""Running an op with torch's CPU kernels on host copies of its device tensors.
+"""Running an op with torch's own kernels on torch tensors standing in for its device tensors.
 
-turbine uses this where torch's own CPU semantics are the point: random ops draw from torch's
-CPU generator, so ``torch.manual_seed`` gives the numbers torch on the CPU gives. Every byte it
-moves is counted as a host transfer.
+Two kinds of stand-in use this: host copies (``run_on_host``: random ops, so seeds give torch's
+CPU numbers, and the ``host`` fallback), and tensors sharing the device memory through DLPack
+(the ``device`` fallback, eager/fallback.py). Either way, arguments the op writes are updated by
+writing new buffers into their storages, so turbine's buffers stay immutable and views see it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from turbine.device import Device
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device, to_host
 from turbine.eager.views import write
+from turbine.errors import UnsupportedOpError
 
 
-def run_on_host(func: Any, args: tuple, kwargs: dict) -> Any:
-    """``func`` on CPU copies; results come back to the device, written-to tensors updated in place."""
+def device_of(args: tuple, kwargs: dict) -> Device | None:
+    """The device of the first device tensor among an op's arguments."""
+    for value in tree_flatten((args, kwargs))[0]:
+        if isinstance(value, DeviceTensor):
+            return value._storage.device
+    return None
+
+
+def written_arguments(func: Any, args: tuple, kwargs: dict) -> list[DeviceTensor]:
+    """The device tensors in the argument slots the op's schema marks as written (``a!``)."""
+    found = []
+    for position, argument in enumerate(func._schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
+        found += [v for v in tree_flatten(value)[0] if isinstance(v, DeviceTensor)]
+    return found
+
+
+def run_with_torch(
+    func: Any,
+    args: tuple,
+    kwargs: dict,
+    stand_in: Callable[[DeviceTensor, bool], torch.Tensor],
+    bring_back: Callable[[torch.Tensor], DeviceTensor],
+    torch_device: torch.device,
+) -> Any:
+    """``func`` on stand-ins of its device tensors; results and written arguments come back.
+
+    ``stand_in(tensor, written)`` gives the torch tensor to run on (a private one when the op
+    writes it); ``bring_back`` turns a torch result into a DeviceTensor; turbine device arguments
+    become ``torch_device``.
+    """
+    written = {id(v) for v in written_arguments(func, args, kwargs)}
     originals: dict[int, DeviceTensor] = {}
-    device = None
 
     def down(value: Any) -> Any:
-        nonlocal device
         if isinstance(value, DeviceTensor):
-            device = value._storage.device
-            host = to_host(value)
-            originals[id(host)] = value
-            return host
+            torch_tensor = stand_in(value, id(value) in written)
+            originals[id(torch_tensor)] = value
+            return torch_tensor
+        if isinstance(value, torch.device) and value.type == "turbine":
+            return torch_device
         return value
 
-    host_args, host_kwargs = tree_map(down, (args, kwargs))
-    result = func(*host_args, **host_kwargs)
-    # Write back every argument the op changed in place.
-    for host in tree_flatten((host_args, host_kwargs))[0]:
-        if isinstance(host, torch.Tensor) and id(host) in originals and func._schema.is_mutable:
-            target = originals[id(host)]
-            if _was_written(func, host, host_args, host_kwargs):
-                write(target, to_device(host, device))
+    torch_args, torch_kwargs = tree_map(down, (args, kwargs))
+    result = func(*torch_args, **torch_kwargs)
+    for torch_tensor in tree_flatten((torch_args, torch_kwargs))[0]:
+        target = originals.get(id(torch_tensor))
+        if target is not None and id(target) in written:
+            if torch_tensor.shape != target.shape:
+                raise UnsupportedOpError(f"turbine cannot resize the written argument of shape {list(target.shape)}")
+            write(target, bring_back(torch_tensor))
 
     def up(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
-            if id(value) in originals:
-                return originals[id(value)]
-            return to_device(value, device)
+            target = originals.get(id(value))
+            return target if target is not None else bring_back(value)
         return value
 
     return tree_map(up, result)
 
 
-def _was_written(func: Any, host: torch.Tensor, args: list, kwargs: dict) -> bool:
-    """Whether the schema marks the argument holding ``host`` as written (``a!``)."""
-    for position, argument in enumerate(func._schema.arguments):
-        if argument.alias_info is None or not argument.alias_info.is_write:
-            continue
-        value = kwargs.get(argument.name) if argument.kwarg_only or position >= len(args) else args[position]
-        if value is host:
-            return True
-    return False
+def run_on_host(func: Any, args: tuple, kwargs: dict, device: Device) -> Any:
+    """``func`` with torch's CPU kernels on host copies (every byte moved is a counted transfer)."""
+    return run_with_torch(
+        func,
+        args,
+        kwargs,
+        lambda tensor, written: to_host(tensor),
+        lambda result: to_device(result.cpu(), device),
+        torch.device("cpu"),
+    )
