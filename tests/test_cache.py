@@ -257,3 +257,11 @@ def test_compile_burst_shows_a_progress_bar_that_goes_away(fresh_cache, monkeypa
     dispatch.clear_plans()
     torch.sin(x)  # a memory-cache hit once compiling stopped closes the bar
     assert bar.bar is None
+
+
+def test_bad_cache_size_setting_names_the_variable(monkeypatch):
+    from turbine.config import Config
+
+    monkeypatch.setenv("TURBINE_CACHE_MAX_BYTES", "2GB")
+    with pytest.raises(ValueError, match="TURBINE_CACHE_MAX_BYTES must be a whole number"):
+        Config.from_env()

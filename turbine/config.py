@@ -21,6 +21,16 @@ def _env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() not in ("0", "false", "no", "off")
 
 
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number of bytes, not {value!r}") from None
+
+
 @dataclasses.dataclass
 class Config:
     """Process-wide settings. Change fields directly or through :func:`override`."""
@@ -59,7 +69,7 @@ class Config:
             hip_target=os.environ.get("TURBINE_HIP_TARGET", "gfx942") or "gfx942",
             cache_enabled=_env_bool("TURBINE_CACHE", True),
             cache_dir=os.environ.get("TURBINE_CACHE_DIR", "") or platformdirs.user_cache_dir("turbine"),
-            cache_max_bytes=int(os.environ.get("TURBINE_CACHE_MAX_BYTES", 2 * 1024**3)),
+            cache_max_bytes=_env_int("TURBINE_CACHE_MAX_BYTES", 2 * 1024**3),
             progress=_env_bool("TURBINE_PROGRESS", True),
             fallback=os.environ.get("TURBINE_FALLBACK", "device") or "device",
         )

@@ -5,7 +5,6 @@ This layer knows nothing of torch ops; eager/ maps each Device to a ``torch.devi
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Any
 
@@ -13,7 +12,6 @@ import iree.runtime as rt
 
 from turbine.device.names import DeviceSpec
 
-log = logging.getLogger("turbine")
 
 #: Options a device takes as keyword arguments when opened, with what each means.
 DEVICE_OPTIONS = {

@@ -15,7 +15,6 @@ A few ops that move data or need torch's CPU semantics are handled before that (
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Callable
 
 import numpy as np
@@ -36,7 +35,6 @@ from turbine.kernels_cache import kernel_cache
 
 import iree.runtime as rt
 
-log = logging.getLogger("turbine")
 aten = torch.ops.aten
 
 _plans: dict[tuple, Callable] = {}

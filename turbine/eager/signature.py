@@ -96,14 +96,8 @@ def walk(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Leaves:
     runtime = schema.runtime_scalars
     names = schema.names
     for i, value in enumerate(args):
-        if type(value) is DeviceTensor:  # the common case, inlined
-            device = value._storage.device
-            if leaves.device is None:
-                leaves.device = device
-            elif device is not leaves.device:
-                raise _devices_error(leaves.device, device.name)
-            key.append(value._key)
-            leaves.tensors.append(value)
+        if type(value) is DeviceTensor:  # the common case, checked first
+            leaves.tensor(value)
         else:
             leaves.value(value, kinds[i], names[i] in runtime)
     if kwargs:
