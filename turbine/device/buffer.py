@@ -35,39 +35,35 @@ class Buffer:
             self.ready = None
 
 
+def _copy_in(device: "Device", array: np.ndarray) -> tuple[rt.HalBuffer, int]:  # noqa: F821
+    """A new device buffer holding the array's bytes (an empty array gets a 1-byte buffer)."""
+    data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    if data.nbytes == 0:
+        return device.allocate(1), 0
+    view = device.allocator.allocate_buffer_copy(
+        memory_type=rt.MemoryType.DEVICE_LOCAL,
+        allowed_usage=rt.BufferUsage.DEFAULT,
+        device=device.hal,
+        buffer=data,
+        element_type=rt.HalElementType.UINT_8,
+    )
+    return view.get_buffer(), data.nbytes
+
+
 def upload(device: "Device", array: np.ndarray) -> Buffer:  # noqa: F821
     """Copy a host array into a new device buffer (one counted host transfer)."""
-    data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    nbytes = max(data.nbytes, 1)
-    if data.nbytes == 0:
-        hal = device.allocator.allocate_buffer(
-            memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT, allocation_size=nbytes
-        )
-    else:
-        view = device.allocator.allocate_buffer_copy(
-            memory_type=rt.MemoryType.DEVICE_LOCAL,
-            allowed_usage=rt.BufferUsage.DEFAULT,
-            device=device.hal,
-            buffer=data,
-            element_type=rt.HalElementType.UINT_8,
-        )
-        hal = view.get_buffer()
+    hal, nbytes = _copy_in(device, array)
+    if nbytes:
         counters.host_transfers += 1
-        counters.host_transfer_bytes += data.nbytes
+        counters.host_transfer_bytes += nbytes
     return Buffer(device, hal)
 
 
 def upload_scalar(device: "Device", array: np.ndarray) -> Buffer:  # noqa: F821
     """Copy a 0-d scalar argument to the device; counted apart from tensor data (``scalar_uploads``)."""
-    view = device.allocator.allocate_buffer_copy(
-        memory_type=rt.MemoryType.DEVICE_LOCAL,
-        allowed_usage=rt.BufferUsage.DEFAULT,
-        device=device.hal,
-        buffer=np.ascontiguousarray(array).reshape(-1).view(np.uint8),
-        element_type=rt.HalElementType.UINT_8,
-    )
+    hal, _ = _copy_in(device, array)
     counters.scalar_uploads += 1
-    return Buffer(device, view.get_buffer())
+    return Buffer(device, hal)
 
 
 def download(buffer: Buffer, nbytes: int | None = None) -> np.ndarray:
