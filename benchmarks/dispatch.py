@@ -1,6 +1,6 @@
 """Per-op cost of a cached kernel on a turbine device against torch eager, measured in one run.
 
-    python benchmarks/dispatch.py [--device turbine:cpu] [--torch-device cpu] [--ops 1000] [--repeats 5]
+    python benchmarks/dispatch.py [--device turbine:cpu] [--torch-device cpu] [--ops 1000] [--repeats 10]
 
 Each case chains ``--ops`` adds (y = y + x), after a warm-up that compiles the kernel. "enqueue"
 is the time to issue the chain; "end to end" also waits for the last result. Times are the best
@@ -62,9 +62,10 @@ def main() -> None:
     parser.add_argument("--device", default="turbine:cpu")
     parser.add_argument("--torch-device", default="cpu")
     parser.add_argument("--ops", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
-    print(f"{args.ops} chained adds, best of {args.repeats}, microseconds per op; {args.device} vs torch {args.torch_device}")
+    workers = f", {turbine.config.cpu_workers} IREE CPU workers" if args.device.startswith("turbine:cpu") else ""
+    print(f"{args.ops} chained adds, best of {args.repeats}, microseconds per op; {args.device} vs torch {args.torch_device}{workers}")
     print("| case | torch | turbine enqueue | turbine end to end | end to end / torch |")
     print("|---|---|---|---|---|")
     for name, shape in CASES.items():

@@ -1,7 +1,12 @@
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 import turbine
+from turbine.config import default_cpu_workers
 from turbine.device.names import parse
 
 
@@ -71,3 +76,37 @@ def test_repr_prints_values_and_turbine_name():
 def test_unknown_device_option_is_rejected():
     with pytest.raises(TypeError, match="unknown option"):
         turbine.device("turbine:cpu3", fast=True)
+
+
+_WORKER_THREADS = """
+import os, torch, turbine
+x = torch.randn(8, device="turbine:cpu")
+torch.testing.assert_close((x + x).cpu(), x.cpu() * 2)
+names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+print(sum(name.startswith("iree-worker") for name in names))
+"""
+
+
+def _run_python(script: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, **env}
+    return subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through Linux's /proc")
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_cpu_worker_count_follows_the_setting(workers):
+    result = _run_python(_WORKER_THREADS, TURBINE_CPU_WORKERS=workers)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == workers
+
+
+def test_default_cpu_workers_leave_a_core_for_the_issuing_thread():
+    cores = len(os.sched_getaffinity(0))
+    assert default_cpu_workers() == max(1, cores - 1)
+    assert turbine.config.cpu_workers == int(os.environ.get("TURBINE_CPU_WORKERS") or max(1, cores - 1))
+
+
+def test_bad_runtime_flags_name_the_variable():
+    result = _run_python("import torch, turbine; torch.zeros(2, device='turbine:cpu')", TURBINE_RUNTIME_FLAGS="--no_such_flag=1")
+    assert result.returncode != 0
+    assert "TURBINE_RUNTIME_FLAGS" in result.stderr and "no_such_flag" in result.stderr

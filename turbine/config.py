@@ -21,14 +21,24 @@ def _env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() not in ("0", "false", "no", "off")
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_int(name: str, default: int, unit: str) -> int:
     value = os.environ.get(name, "").strip()
     if not value:
         return default
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"{name} must be a whole number of bytes, not {value!r}") from None
+        raise ValueError(f"{name} must be a whole number of {unit}, not {value!r}") from None
+
+
+def default_cpu_workers() -> int:
+    """One IREE worker per core the process may use, less one for the Python thread issuing ops.
+
+    On a 2-core machine IREE's own default (a worker per core) leaves the issuing thread fighting
+    two workers: a chain of small ops then costs 2x, in context switches. Large ops lose some
+    parallelism instead, which matters less as cores grow.
+    """
+    return max(1, len(os.sched_getaffinity(0)) - 1)
 
 
 @dataclasses.dataclass
@@ -57,21 +67,27 @@ class Config:
     progress: bool = True
     #: What runs an op no IREE kernel can run: "device", "host" or "error" (eager/fallback.py).
     fallback: str = "device"
+    #: Worker threads of ``turbine:cpu`` devices (0: IREE's default, one per core). Read once,
+    #: when the first CPU device opens.
+    cpu_workers: int = dataclasses.field(default_factory=default_cpu_workers)
+    #: IREE runtime flags (``--task_worker_spin_us=50``, say), applied once before any device opens.
+    runtime_flags: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls) -> "Config":
-        flags = os.environ.get("TURBINE_COMPILER_FLAGS", "")
         return cls(
             default_device=os.environ.get("TURBINE_DEFAULT_DEVICE", "cpu") or "cpu",
-            compiler_flags=tuple(flags.split()),
+            compiler_flags=tuple(os.environ.get("TURBINE_COMPILER_FLAGS", "").split()),
             cpu_target=os.environ.get("TURBINE_CPU_TARGET", "host") or "host",
             cuda_target=os.environ.get("TURBINE_CUDA_TARGET", "sm_80") or "sm_80",
             hip_target=os.environ.get("TURBINE_HIP_TARGET", "gfx942") or "gfx942",
             cache_enabled=_env_bool("TURBINE_CACHE", True),
             cache_dir=os.environ.get("TURBINE_CACHE_DIR", "") or platformdirs.user_cache_dir("turbine"),
-            cache_max_bytes=_env_int("TURBINE_CACHE_MAX_BYTES", 2 * 1024**3),
+            cache_max_bytes=_env_int("TURBINE_CACHE_MAX_BYTES", 2 * 1024**3, "bytes"),
             progress=_env_bool("TURBINE_PROGRESS", True),
             fallback=os.environ.get("TURBINE_FALLBACK", "device") or "device",
+            cpu_workers=_env_int("TURBINE_CPU_WORKERS", default_cpu_workers(), "worker threads"),
+            runtime_flags=tuple(os.environ.get("TURBINE_RUNTIME_FLAGS", "").split()),
         )
 
 

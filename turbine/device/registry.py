@@ -31,8 +31,32 @@ _drivers: dict[str, rt.HalDriver] = {}
 
 def _driver(name: str) -> rt.HalDriver:
     if name not in _drivers:
+        if not _drivers:
+            _apply_runtime_flags()
         _drivers[name] = rt.get_driver(name)
     return _drivers[name]
+
+
+def runtime_flags() -> list[str]:
+    """The IREE runtime flags turbine sets: ``config.runtime_flags``, plus the CPU worker count."""
+    flags = list(config.runtime_flags)
+    if config.cpu_workers > 0 and not any(f.startswith("--task_topology") for f in flags):
+        flags.append(f"--task_topology_group_count={config.cpu_workers}")
+    return flags
+
+
+def _apply_runtime_flags() -> None:
+    """IREE reads its runtime flags when a driver is created, so they are set once, before the first."""
+    flags = runtime_flags()
+    if not flags:
+        return
+    try:
+        rt.flags.parse_flags(*flags)
+    except Exception as error:
+        raise ValueError(
+            f"IREE rejected the runtime flags {flags} ({error}); check TURBINE_RUNTIME_FLAGS and TURBINE_CPU_WORKERS."
+        ) from None
+    log.info("IREE runtime flags: %s", " ".join(flags))
 
 
 def _gpu_count(driver: str) -> int:
