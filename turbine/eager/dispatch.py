@@ -158,6 +158,10 @@ def _raise_as_torch_cpu(func: Any, schema: OpSchema, args: tuple, kwargs: dict) 
 def _build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves) -> Callable:
     if leaves.device is None:
         raise UnsupportedOpError(f"{func} reached turbine without a turbine tensor argument")
+    if not schema.written and not schema.aliased_output:
+        plan = _stored_kernel_plan(func, leaves)
+        if plan is not None:
+            return plan
     meta_out = _meta_call(func, schema, args, kwargs)
     if schema.written:
         return _mutation_plan(func, schema)
@@ -166,15 +170,16 @@ def _build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
     return _kernel_plan(func, schema, args, kwargs, leaves, meta_out)
 
 
-def _outputs(meta_out: Any) -> tuple[list, Callable[[list], Any]]:
-    """The output tensors of a meta result (None kept as None) and how to rebuild the structure."""
+#: How a plan puts its output tensors back into the op's result, by the kind of result.
+_STRUCTURES: dict[str, Callable[[list], Any]] = {"tensor": lambda outs: outs[0], "tuple": tuple, "list": list}
+
+
+def _outputs(meta_out: Any) -> tuple[list, str]:
+    """The output tensors of a meta result (None kept as None) and the kind of result (_STRUCTURES)."""
     if isinstance(meta_out, torch.Tensor):
-        return [meta_out], lambda outs: outs[0]
+        return [meta_out], "tensor"
     if isinstance(meta_out, (tuple, list)) and all(o is None or isinstance(o, torch.Tensor) for o in meta_out):
-        kind = type(meta_out)
-        if kind is list:
-            return list(meta_out), lambda outs: outs
-        return list(meta_out), lambda outs: tuple(outs)
+        return list(meta_out), "list" if isinstance(meta_out, list) else "tuple"
     raise UnsupportedOpError(f"turbine cannot return {type(meta_out).__name__} results yet")
 
 
@@ -192,13 +197,13 @@ class _ViewPlan:
 
 
 def _view_plan(func: Any, leaves: Leaves, meta_out: Any) -> _ViewPlan:
-    metas, structure = _outputs(meta_out)
+    metas, kind = _outputs(meta_out)
     storage_dtype = leaves.tensors[0].dtype
     for meta in metas:
         if meta.dtype != storage_dtype:
             raise UnsupportedOpError(f"{func}: views that reinterpret {storage_dtype} as {meta.dtype} are not supported")
     geometries = [(tuple(m.shape), tuple(m.stride()), m.storage_offset()) for m in metas]
-    return _ViewPlan(geometries, structure)
+    return _ViewPlan(geometries, _STRUCTURES[kind])
 
 
 def _mutation_plan(func: Any, schema: OpSchema) -> Callable:
@@ -305,14 +310,34 @@ def _fold_alpha(func: Any, call_args: list, call_kwargs: dict) -> None:
     call_args[scaled] = aten.mul.Tensor(call_args[scaled], alpha)
 
 
+def _kernel_signature(func: Any, leaves: Leaves) -> tuple[tuple, list]:
+    """The kernel cache's signature of a call, and the dtypes its runtime scalars are passed as."""
+    reference = _scalar_reference(leaves)
+    scalar_dtypes = [check_dtype(_scalar_dtype(v, reference), f"a scalar argument of {func}") for v in leaves.scalars]
+    return _plain(tuple(leaves.key)) + (tuple(str(d) for d in scalar_dtypes),), scalar_dtypes
+
+
+def _stored_kernel_plan(func: Any, leaves: Leaves) -> _KernelPlan | None:
+    """A plan from a kernel already in the cache (memory or disk), or None.
+
+    A stored kernel's metadata holds its output layouts, so a warm process neither checks the
+    call on meta tensors again nor traces it: a kernel exists only for calls that passed both.
+    """
+    signature, scalar_dtypes = _kernel_signature(func, leaves)
+    kernel = kernel_cache.stored(signature, leaves.device, _describe(func, leaves))
+    if kernel is None or "outputs" not in kernel.metadata:
+        return None
+    outputs = [None if o is None else DenseLayout(tuple(o[0]), getattr(torch, o[1])) for o in kernel.metadata["outputs"]]
+    return _KernelPlan(leaves.device, kernel, scalar_dtypes, outputs, _STRUCTURES[kernel.metadata["structure"]])
+
+
 def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, meta_out: Any) -> _KernelPlan:
     device = leaves.device
-    metas, structure = _outputs(meta_out)
+    metas, kind = _outputs(meta_out)
     for meta in metas:
         if meta is not None:
             check_dtype(meta.dtype, f"the result of {func}")
-    reference = _scalar_reference(leaves)
-    scalar_dtypes = [check_dtype(_scalar_dtype(v, reference), f"a scalar argument of {func}") for v in leaves.scalars]
+    signature, scalar_dtypes = _kernel_signature(func, leaves)
     inputs = [(tuple(t.shape), t.dtype) for t in leaves.tensors] + [((), d) for d in scalar_dtypes]
     target = schema.twin or func
     target = lowering.CORRECTIONS.get(target, target)
@@ -332,16 +357,18 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
         outs = [o for o in ([out] if isinstance(out, torch.Tensor) else out) if o is not None]
         return [o if o.dtype == d else o.to(d) for o, d in zip(outs, result_dtypes)]
 
-    signature = _plain(tuple(leaves.key)) + (tuple(str(d) for d in scalar_dtypes),)
-    describe = _describe(func, leaves)
     # The op as it is first; then torch's decompositions of it, where torch has some.
     lowerings = [
         lambda: lowering.lower(traced, inputs),
         lambda: lowering.lower(traced, inputs, decompose=True) if func in lowering.decompositions() else _no_lowering(),
     ]
-    kernel = kernel_cache.kernel(signature, device, lowerings, describe)
+    metadata = {
+        "outputs": [None if m is None else [list(m.shape), str(m.dtype).replace("torch.", "")] for m in metas],
+        "structure": kind,
+    }
+    kernel = kernel_cache.kernel(signature, device, lowerings, _describe(func, leaves), metadata)
     outputs = [None if m is None else DenseLayout(tuple(m.shape), m.dtype) for m in metas]
-    return _KernelPlan(device, kernel, scalar_dtypes, outputs, structure)
+    return _KernelPlan(device, kernel, scalar_dtypes, outputs, _STRUCTURES[kind])
 
 
 def _no_lowering() -> str:

@@ -32,7 +32,7 @@ LOWERING_VERSION = 2
 class KernelStore(Protocol):
     """Where compiled modules outlive the process (the disk layer plugs in here)."""
 
-    def load(self, digest: str) -> bytes | None: ...
+    def load(self, digest: str) -> tuple[bytes, dict] | None: ...
 
     def save(self, digest: str, vmfb: bytes, record: dict) -> None: ...
 
@@ -52,7 +52,7 @@ class KernelCache:
     def __init__(self, store: KernelStore | None = None) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._vmfb: dict[tuple, bytes] = {}
+        self._vmfb: dict[tuple, tuple[bytes, dict]] = {}  # key -> (module, metadata)
         self._loaded: dict[tuple, Kernel] = {}
         self._failed: dict[tuple, CompileError] = {}
 
@@ -64,51 +64,103 @@ class KernelCache:
             self._failed.clear()
 
     def kernel(
-        self, signature: tuple, device: Device, lower: Callable[[], str] | Sequence[Callable[[], str]], describe: str
+        self,
+        signature: tuple,
+        device: Device,
+        lower: Callable[[], str] | Sequence[Callable[[], str]],
+        describe: str,
+        metadata: dict | None = None,
     ) -> Kernel:
         """The loaded kernel for a signature on a device, compiling it only when new.
 
         ``lower`` gives the MLIR text; a sequence of them are alternatives tried in order until one
         compiles (an op as it is, then decomposed), and the first that compiles is what the
-        signature's entry holds. ``describe`` names the op for messages. Raises CompileError,
-        the same one every later time, when the compiler rejects every alternative.
+        signature's entry holds. ``describe`` names the op for messages. ``metadata`` (plain
+        values) is kept with a new entry and comes back as ``kernel.metadata`` in later processes.
+        Raises CompileError, the same one every later time, when the compiler rejects every
+        alternative.
         """
         target = target_for(device)
         key = (signature, target.key(), LOWERING_VERSION)
-        loaded_key = (key, device.index)
-        kernel = self._loaded.get(loaded_key)
+        kernel = self._memory_hit(key, device)
         if kernel is not None:
-            counters.cache_hits_memory += 1
-            if progress.bar is not None and time.monotonic() - progress.last > BURST_GAP:
-                progress.close()
             return kernel
         with self._lock:
             if key in self._failed:
                 raise self._failed[key]
-            vmfb = self._vmfb.get(key)
-            if vmfb is None:
-                vmfb = self._load_or_compile(key, target, lower, describe)
-                self._vmfb[key] = vmfb
+            entry = self._vmfb.get(key)
+            if entry is None:
+                entry = self._load(key, describe) or self._compile(key, target, lower, describe, metadata or {})
+                self._vmfb[key] = entry
             else:
                 counters.cache_hits_memory += 1
-            kernel = Kernel(device, vmfb)
-            self._loaded[loaded_key] = kernel
-            return kernel
+            return self._install(key, device, entry)
 
-    def _load_or_compile(
-        self, key: tuple, target: Target, lower: Callable[[], str] | Sequence[Callable[[], str]], describe: str
-    ) -> bytes:
+    def stored(self, signature: tuple, device: Device, describe: str) -> Kernel | None:
+        """The kernel for a signature if memory or the store has it; never compiles.
+
+        The eager layer asks this first so that a warm process can build a plan from the
+        kernel's metadata alone, without tracing or checking the op again.
+        """
+        key = (signature, target_for(device).key(), LOWERING_VERSION)
+        kernel = self._memory_hit(key, device)
+        if kernel is not None:
+            return kernel
+        with self._lock:
+            if key in self._failed:
+                return None
+            entry = self._vmfb.get(key)
+            if entry is None:
+                try:
+                    entry = self._load(key, describe)
+                except CompileError:
+                    return None  # a cached failure: the caller's full path raises it
+                if entry is None:
+                    return None
+                self._vmfb[key] = entry
+            else:
+                counters.cache_hits_memory += 1
+            return self._install(key, device, entry)
+
+    def _memory_hit(self, key: tuple, device: Device) -> Kernel | None:
+        kernel = self._loaded.get((key, device.index))
+        if kernel is not None:
+            counters.cache_hits_memory += 1
+            if progress.bar is not None and time.monotonic() - progress.last > BURST_GAP:
+                progress.close()
+        return kernel
+
+    def _install(self, key: tuple, device: Device, entry: tuple[bytes, dict]) -> Kernel:
+        kernel = Kernel(device, entry[0], entry[1])
+        self._loaded[(key, device.index)] = kernel
+        return kernel
+
+    def _load(self, key: tuple, describe: str) -> tuple[bytes, dict] | None:
+        """The store's entry for a key, or None; raises the cached CompileError of a known failure."""
+        if self.store is None:
+            return None
         digest = digest_of(key)
-        if self.store is not None:
-            vmfb = self.store.load(digest)
-            if vmfb is not None:
-                counters.cache_hits_disk += 1
-                return vmfb
-            failure = self.store.load_failure(digest)
-            if failure is not None:
-                error = CompileError(f"{describe} failed to compile earlier (cached failure):\n{failure}")
-                self._failed[key] = error
-                raise error
+        found = self.store.load(digest)
+        if found is not None:
+            counters.cache_hits_disk += 1
+            vmfb, record = found
+            return vmfb, record.get("metadata", {})
+        failure = self.store.load_failure(digest)
+        if failure is not None:
+            error = CompileError(f"{describe} failed to compile earlier (cached failure):\n{failure}")
+            self._failed[key] = error
+            raise error
+        return None
+
+    def _compile(
+        self,
+        key: tuple,
+        target: Target,
+        lower: Callable[[], str] | Sequence[Callable[[], str]],
+        describe: str,
+        metadata: dict,
+    ) -> tuple[bytes, dict]:
+        digest = digest_of(key)
         start = time.perf_counter()
         progress.compiling(describe)
         try:
@@ -138,9 +190,10 @@ class KernelCache:
                 "compiler": key[1][-1],
                 "lowering_version": LOWERING_VERSION,
                 "compile_seconds": round(seconds, 3),
+                "metadata": metadata,
             }
             self.store.save(digest, vmfb, record)
-        return vmfb
+        return vmfb, metadata
 
 
 def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> bytes:

@@ -20,11 +20,13 @@ class Kernel:
     the module is compiled, so one probe per kernel is enough.
     """
 
-    __slots__ = ("device", "vmfb", "context", "function", "tied")
+    __slots__ = ("device", "vmfb", "metadata", "context", "function", "tied")
 
-    def __init__(self, device: Device, vmfb: bytes) -> None:
+    def __init__(self, device: Device, vmfb: bytes, metadata: dict | None = None) -> None:
         self.device = device
         self.vmfb = vmfb
+        #: What the caller stored with the kernel (the eager layer: its output layouts).
+        self.metadata = metadata or {}
         module = rt.VmModule.copy_buffer(device.instance, vmfb)
         self.context = rt.VmContext(device.instance, [device.hal_module, module])
         self.function = module.lookup_function("main$async")

@@ -67,8 +67,8 @@ class DiskStore:
 
     # --- reading --------------------------------------------------------------------------
 
-    def load(self, digest: str) -> bytes | None:
-        """The module for a digest, or None. A damaged entry is removed (one warning) and misses."""
+    def load(self, digest: str) -> tuple[bytes, dict] | None:
+        """The module for a digest and its record, or None. A damaged entry is removed (one warning) and misses."""
         path = self._module_path(digest)
         try:
             data = path.read_bytes()
@@ -86,7 +86,7 @@ class DiskStore:
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # the mtime is the last use, for eviction and `cache list`
-        return data
+        return data, record
 
     def load_failure(self, digest: str) -> str | None:
         """The compiler's message for a signature that failed before, or None."""
