@@ -2,7 +2,10 @@
 
 import copy
 
+import pytest
 import torch
+
+import turbine
 
 D = "turbine:cpu"
 
@@ -89,3 +92,25 @@ def test_plans_are_per_device():
     second = torch.ones_like(torch.randn(3, device="turbine:cpu1").sum())
     assert first.device != second.device
     assert second.device == torch.randn(1, device="turbine:cpu1").device
+
+
+BACKWARD_CALLS = {
+    "Tensor.backward": lambda loss, x: loss.backward(),
+    "autograd.backward": lambda loss, x: torch.autograd.backward(loss),
+    "autograd.grad": lambda loss, x: torch.autograd.grad(loss, x),
+}
+
+
+@pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
+@pytest.mark.parametrize("call", sorted(BACKWARD_CALLS))
+def test_an_error_inside_backward_reaches_the_caller(call):
+    """erfinv's gradient needs erfinv again, which IREE cannot run: under the "error" fallback
+    policy that op fails inside backward. The error must come out of the backward call (torch's
+    Python device guard would otherwise end the process), and the process must carry on."""
+    x = (torch.rand(5) - 0.5).to("turbine:cpu").requires_grad_()
+    loss = x.erfinv().sum()
+    with turbine.fallback("error"), pytest.raises(turbine.UnsupportedOpError, match="erfinv"):
+        BACKWARD_CALLS[call](loss, x)
+    y = torch.randn(4, device="turbine:cpu", requires_grad=True)
+    (y * y).sum().backward()
+    torch.testing.assert_close(y.grad.cpu(), 2 * y.detach().cpu())

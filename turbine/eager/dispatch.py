@@ -22,7 +22,7 @@ import torch
 
 from turbine.config import config
 from turbine.device import Device, upload_scalar
-from turbine.eager import factories, fallback, host, lowering
+from turbine.eager import backward_errors, factories, fallback, host, lowering
 from turbine.eager.dtypes import ELEMENT_TYPES, check_dtype
 from turbine.eager.launch import launch
 from turbine.eager.schema import OpSchema, functional_variant, schema_of
@@ -87,6 +87,22 @@ class _FallbackPlan:
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         return fallback.run(self.func, args, kwargs, self.reason)
+
+
+def stand_in(func: Any, args: tuple, kwargs: dict) -> Any:
+    """What a failed call inside backward hands autograd (eager/backward_errors.py).
+
+    Ops that write their arguments return those; others, uninitialised tensors of the result's shapes.
+    """
+    schema = _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
+    if schema.out_names:
+        outs = [kwargs[name] for name in schema.out_names]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    if schema.written:
+        return args[schema.written[0]]
+    device = host.device_of(args, kwargs)
+    meta_out = _meta_call(func, schema, args, kwargs)
+    return backward_errors.uninitialised_like(meta_out, lambda m: factories.empty(tuple(m.shape), m.dtype, device))
 
 
 def clear_plans() -> None:

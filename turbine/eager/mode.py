@@ -14,7 +14,7 @@ from torch.overrides import TorchFunctionMode
 
 from turbine.device import Device, open_device
 from turbine.device.registry import by_index
-from turbine.eager import factories
+from turbine.eager import backward_errors, factories
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device
 
@@ -71,20 +71,26 @@ def _tensor_to(tensor: torch.Tensor, device: Device, dtype: torch.dtype | None, 
 
 _TENSOR_TO = (torch.Tensor.to, torch.Tensor.cuda)
 _PARSE_TO = torch._C._nn._parse_to
+#: Calls that run autograd's backward: errors inside them are held until they return.
+_BACKWARD = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
+_INTERCEPTED = (*_TENSOR_TO, _PARSE_TO, *_BACKWARD)
 
 
 class DeviceMode(TorchFunctionMode):
     """Routes calls that name a turbine device; every other call passes straight through.
 
     It sees every torch call in the process, so the common case (no device argument) is kept to
-    two checks.
+    two checks. It also wraps backward calls (eager/backward_errors.py).
     """
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if not kwargs:
-            if func not in _TENSOR_TO and func is not _PARSE_TO:
+            if func not in _INTERCEPTED:
                 return func(*args)
             kwargs = {}
+        if func in _BACKWARD:
+            with backward_errors.collecting():
+                return func(*args, **kwargs)
         if func in _TENSOR_TO:
             device, dtype, rest = _parse_to(args[1:], kwargs)
             target = turbine_device(device)

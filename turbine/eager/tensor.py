@@ -83,7 +83,13 @@ class DeviceTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return dispatch.run(func, args, kwargs or {})
+        kwargs = kwargs or {}
+        try:
+            return dispatch.run(func, args, kwargs)
+        except Exception as error:
+            if not backward_errors.active():
+                raise
+            return backward_errors.hold(error, lambda: dispatch.stand_in(func, args, kwargs))
 
     @property
     def turbine_device(self) -> Device:
@@ -155,4 +161,4 @@ def torch_device(device: Device) -> torch.device:
     return result
 
 
-from turbine.eager import dispatch, formatting  # noqa: E402  (they need DeviceTensor defined)
+from turbine.eager import backward_errors, dispatch, formatting  # noqa: E402  (they need DeviceTensor defined)
