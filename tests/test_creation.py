@@ -112,6 +112,7 @@ def test_in_place_random_ops_give_torch_cpu_numbers():
         actual = op(xd)
         assert actual is xd
         torch.testing.assert_close(xd.cpu(), expected)
+    assert turbine.stats()["host_ops"].get("aten.uniform_.default", 0) >= 1
     torch.manual_seed(5)
     row = torch.zeros(3, 4).to(D)
     row[1].uniform_()

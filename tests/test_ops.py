@@ -118,3 +118,22 @@ def test_scalar_sign_of_zero_and_nan_are_kept():
     check(lambda t: 1 / (t * -0.0), x)
     check(lambda t: t * float("nan"), x, equal_nan=True)
     check(lambda t: t + float("inf"), x)
+
+
+ZERO_SIZE = {
+    "add": (lambda x: x + 1, (0, 3)),
+    "sum over the empty dim": (lambda x: x.sum(0), (0, 3)),
+    "sum of an empty row": (lambda x: x.sum(1), (3, 0)),
+    "cat with an empty part": (lambda x: torch.cat([x, torch.ones(2, 3, device=x.device)]), (0, 3)),
+    "empty slice of a view": (lambda x: x.t()[1:1] * 2, (3, 4)),
+    "zeros factory": (lambda x: torch.zeros(0, 2, device=x.device) + x.sum(), (2, 2)),
+}
+
+
+@pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
+@pytest.mark.parametrize("name", sorted(ZERO_SIZE))
+def test_tensors_with_no_elements(name):
+    """IREE's compiler can crash on zero-size tensors, so these must never reach it (they run no
+    kernel, or go to the fallback) and still give torch's results."""
+    fn, shape = ZERO_SIZE[name]
+    check(fn, torch.randn(shape))

@@ -21,7 +21,7 @@ _NAMES = (
 
 
 class Counters:
-    """Mutable event counts; ``fallbacks`` counts per op name."""
+    """Mutable event counts; ``fallbacks`` and ``host_ops`` count per op name."""
 
     def __init__(self) -> None:
         self.reset()
@@ -30,10 +30,13 @@ class Counters:
         for name in _NAMES:
             setattr(self, name, 0)
         self.fallbacks: collections.Counter[str] = collections.Counter()
+        #: Ops torch runs on host copies by design (random ops, so seeds give torch's numbers).
+        self.host_ops: collections.Counter[str] = collections.Counter()
 
     def snapshot(self) -> dict[str, Any]:
         data: dict[str, Any] = {name: getattr(self, name) for name in _NAMES}
         data["fallbacks"] = dict(self.fallbacks)
+        data["host_ops"] = dict(self.host_ops)
         return data
 
 

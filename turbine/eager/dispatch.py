@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from turbine.config import config
+from turbine.counters import counters
 from turbine.device import Device, upload_scalar
 from turbine.eager import backward_errors, factories, fallback, host, lowering
 from turbine.eager.dtypes import ELEMENT_TYPES, check_dtype
@@ -183,7 +184,39 @@ def _build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
         return _mutation_plan(func, schema)
     if schema.aliased_output:
         return _view_plan(func, leaves, meta_out)
+    metas, kind = _outputs(meta_out)
+    if _zero_size(func, leaves, metas):
+        return _EmptyPlan(leaves.device, metas, _STRUCTURES[kind])
     return _kernel_plan(func, schema, args, kwargs, leaves, meta_out)
+
+
+def _zero_size(func: Any, leaves: Leaves, metas: list) -> bool:
+    """Whether every result has no elements (so no kernel is needed).
+
+    IREE 3.13's compiler can crash the process (a division by zero in torch-mlir's view
+    lowering) on tensors with no elements. Calls whose results are all empty therefore run no
+    kernel at all, and calls that read an empty tensor to make a non-empty result go to the
+    fallback policy.
+    """
+    outputs = [m for m in metas if m is not None]
+    if outputs and all(m.numel() == 0 for m in outputs):
+        return True
+    if any(t.numel() == 0 for t in leaves.tensors):
+        raise UnsupportedOpError(f"{func} reads a tensor with no elements, which IREE's compiler cannot take")
+    return False
+
+
+class _EmptyPlan:
+    """Results with no elements: fresh allocations, no kernel."""
+
+    def __init__(self, device: Device, metas: list, structure: Callable) -> None:
+        self.device = device
+        self.layouts = [None if m is None else (tuple(m.shape), m.dtype) for m in metas]
+        self.structure = structure
+
+    def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        outs = [None if layout is None else factories.empty(*layout, self.device) for layout in self.layouts]
+        return self.structure(outs)
 
 
 #: How a plan puts its output tensors back into the op's result, by the kind of result.
@@ -475,6 +508,7 @@ def _empty(func: Any, args: tuple, kwargs: dict) -> Any:
 
 def _random(func: Any, args: tuple, kwargs: dict) -> Any:
     """Random ops draw from torch's CPU generator, so seeds give torch's CPU numbers."""
+    counters.host_ops[str(func)] += 1
     return host.run_on_host(func, args, kwargs, host.device_of(args, kwargs))
 
 

@@ -113,6 +113,8 @@ def _run_factory_kernel(func: Callable, name: str, args: tuple, kwargs: dict, de
         meta = func(*args, device="meta", **kwargs)
         check_dtype(meta.dtype, f"the result of torch.{name}")
         sizes = tuple(meta.shape)
+        if meta.numel() == 0:
+            return empty(sizes, meta.dtype, device)  # no values to compute (see dispatch._zero_size)
         kernel = kernel_cache.kernel(
             ("factory",) + key[:3],
             device,

@@ -13,6 +13,7 @@ import torch
 import iree.runtime as rt
 
 from turbine.eager.dtypes import ELEMENT_TYPES
+from turbine.eager.factories import empty
 from turbine.eager.launch import launch
 from turbine.eager.lowering import lower
 from turbine.eager.tensor import DeviceTensor, wrap
@@ -52,6 +53,8 @@ def dense(tensor: DeviceTensor) -> DeviceTensor:
         return tensor
     sizes, strides, offset, numel, _ = geometry = _geometry(tensor)
     storage = tensor._storage
+    if tensor.numel() == 0:
+        return empty(sizes, tensor.dtype, storage.device)  # nothing to gather (and no kernel to compile)
 
     def gather(flat: torch.Tensor) -> torch.Tensor:
         return aten.index.Tensor(flat, [_flat_index(sizes, strides, offset)]).reshape(sizes)
@@ -75,6 +78,8 @@ def write(target: DeviceTensor, values: DeviceTensor) -> None:
     storage = target._storage
     if target._dense:
         storage.buffer = values._storage.buffer
+        return
+    if target.numel() == 0:
         return
     sizes, strides, offset, numel, _ = geometry = _geometry(target)
 

@@ -1,0 +1,277 @@
+"""Running PyTorch's OpInfo database (``op_db``) on a turbine device, one case at a time.
+
+A case is (op_db entry, variant, dtype, direction):
+
+- variants: ``function`` (``torch.add``), ``method`` (``x.add``) and ``inplace`` (``x.add_``);
+- dtypes: float32 and int64;
+- directions: ``forward`` for every variant, ``backward`` (gradients) for the function variant
+  on float32, for entries that support autograd.
+
+Each sample input OpInfo gives is run on the CPU by torch and on the turbine device, and the
+results are compared with ``torch.testing.assert_close`` at OpInfo's tolerances. Ops whose
+results differ between two CPU runs with different seeds (random ops, ``empty``) are compared on
+shape and dtype only. A case ends as ``pass``, ``fail`` (with the first line of the first error),
+``skip`` (listed in opinfo_skips.py, with its reason) or ``n/a`` (torch itself has no such
+variant or dtype for the entry). Each case also records what ran it: IREE kernels, the device
+fallback, or torch on the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.testing._internal.common_device_type import toleranceOverride
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.opinfo.core import DecorateInfo, OpInfo, SampleInput
+from torch.utils._pytree import tree_flatten
+
+import turbine
+from opinfo_skips import skip_reason
+
+DTYPES = {"float32": torch.float32, "int64": torch.int64}
+VARIANTS = ("function", "method", "inplace")
+#: Samples run per case; OpInfo gives 1 to 100+, mostly variations of shape and arguments.
+DEFAULT_MAX_SAMPLES = 8
+
+
+@dataclasses.dataclass
+class Result:
+    """The outcome of one case."""
+
+    op: str
+    variant: str
+    dtype: str
+    direction: str
+    status: str  # pass | fail | skip | n/a
+    detail: str = ""
+    samples: int = 0
+    executors: list[str] = dataclasses.field(default_factory=list)  # of "iree", "fallback", "host"
+    seconds: float = 0.0
+
+
+def entry_name(op: OpInfo) -> str:
+    """An op_db entry's unique name: ``max.reduction_with_dim``, ``add``."""
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def entries() -> dict[str, OpInfo]:
+    """Every op_db entry by name."""
+    return {entry_name(op): op for op in op_db}
+
+
+def cases(op: OpInfo) -> Iterator[tuple[str, str, str]]:
+    """The (variant, dtype, direction) cases of an entry, applicable or not."""
+    for dtype in DTYPES:
+        for variant in VARIANTS:
+            yield variant, dtype, "forward"
+    yield "function", "float32", "backward"
+
+
+def run_entry(op: OpInfo, device: str, max_samples: int = DEFAULT_MAX_SAMPLES) -> Iterator[Result]:
+    """Every case of an entry, in ``cases`` order."""
+    for variant, dtype, direction in cases(op):
+        yield run_case(op, variant, dtype, direction, device, max_samples)
+
+
+def run_case(op: OpInfo, variant: str, dtype: str, direction: str, device: str, max_samples: int) -> Result:
+    """One case: pass, fail, skip or n/a, with what ran it."""
+    result = Result(entry_name(op), variant, dtype, direction, "pass")
+    reason = _not_applicable(op, variant, DTYPES[dtype], direction)
+    if reason is None:
+        skip = skip_reason(result.op, variant, dtype, direction)
+        if skip is not None:
+            result.status, result.detail = "skip", skip
+            return result
+    else:
+        result.status, result.detail = "n/a", reason
+        return result
+    start = time.perf_counter()
+    executors: set[str] = set()
+    check = _forward_sample if direction == "forward" else _backward_sample
+    function = _variant(op, variant)
+    try:
+        for sample in _samples(op, DTYPES[dtype], direction, max_samples):
+            ran = check(op, function, sample, DTYPES[dtype], device, variant == "inplace")
+            if ran is not None:
+                result.samples += 1
+                executors |= ran
+        if result.samples == 0:
+            result.status, result.detail = "n/a", "torch on the CPU rejects every sample of this case"
+    except Exception as error:  # the case fails; the run goes on
+        result.status, result.detail = "fail", _first_line(error)
+    result.executors = sorted(executors)
+    result.seconds = round(time.perf_counter() - start, 3)
+    return result
+
+
+# --- which cases exist --------------------------------------------------------------------
+
+
+def _not_applicable(op: OpInfo, variant: str, dtype: torch.dtype, direction: str) -> str | None:
+    if _variant(op, variant) is None:
+        return f"op_db has no {variant} variant"
+    if dtype not in op.supported_dtypes("cpu"):
+        return f"torch's CPU kernel does not take {dtype}"
+    if direction == "backward" and (not op.supports_autograd or dtype not in op.supported_backward_dtypes("cpu")):
+        return "op_db lists no CPU gradient"
+    return None
+
+
+def _variant(op: OpInfo, variant: str) -> Callable | None:
+    return {"function": op.op, "method": op.method_variant, "inplace": op.inplace_variant}[variant]
+
+
+def _samples(op: OpInfo, dtype: torch.dtype, direction: str, max_samples: int) -> Iterator[SampleInput]:
+    torch.manual_seed(0)
+    samples = op.sample_inputs("cpu", dtype, requires_grad=direction == "backward")
+    return itertools.islice(samples, max_samples)
+
+
+# --- one sample ---------------------------------------------------------------------------
+
+
+def _call(function: Callable, sample: SampleInput) -> Any:
+    return function(sample.input, *sample.args, **sample.kwargs)
+
+
+def _on_cpu(function: Callable, sample: SampleInput, inplace: bool, seed: int) -> Any:
+    if inplace:
+        sample = sample.transform(lambda t: t.clone() if isinstance(t, torch.Tensor) else t)
+    torch.manual_seed(seed)
+    return _call(function, sample)
+
+
+def _to_device(device: str) -> Callable[[Any], Any]:
+    def move(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.detach().to(device).requires_grad_(value.requires_grad)
+        return value
+
+    return move
+
+
+def _deterministic(function: Callable, sample: SampleInput, inplace: bool, expected: Any) -> bool:
+    """Whether the op gives the same result for another seed (random ops and ``empty`` do not)."""
+    try:
+        again = _on_cpu(function, sample, inplace, seed=1)
+        torch.testing.assert_close(again, expected, equal_nan=True, atol=0, rtol=0)
+    except Exception:
+        return False
+    return True
+
+
+def _forward_sample(
+    op: OpInfo, function: Callable, sample: SampleInput, dtype: torch.dtype, device: str, inplace: bool
+) -> set[str] | None:
+    """Compare one sample's result with torch's CPU result; None when the CPU rejects the sample."""
+    try:
+        expected = _on_cpu(function, sample, inplace, seed=0)
+    except Exception:
+        return None  # e.g. an in-place op whose result dtype cannot be written back
+    exact = _deterministic(function, sample, inplace, expected)
+    moved = sample.transform(_to_device(device))
+    before = _executions()
+    torch.manual_seed(0)
+    actual = _call(function, moved)
+    executors = _executors_since(before)
+    _compare(actual, expected, _tolerance(op, dtype), exact, "result")
+    return executors
+
+
+def _backward_sample(
+    op: OpInfo, function: Callable, sample: SampleInput, dtype: torch.dtype, device: str, inplace: bool
+) -> set[str] | None:
+    """Compare one sample's input gradients with torch's CPU gradients; None when there are none."""
+    outputs, inputs = _differentiable(sample, _on_cpu(function, sample, False, seed=0))
+    if not outputs or not inputs:
+        return None
+    exact = _deterministic(function, sample, False, _on_cpu(function, sample, False, seed=0))
+    torch.manual_seed(2)
+    upstream = [torch.randn_like(o) for o in outputs]
+    expected = torch.autograd.grad(outputs, inputs, upstream, allow_unused=True)
+    moved = sample.transform(_to_device(device))
+    before = _executions()
+    torch.manual_seed(0)
+    device_outputs, device_inputs = _differentiable(moved, _call(function, moved))
+    actual = torch.autograd.grad(device_outputs, device_inputs, [u.to(device) for u in upstream], allow_unused=True)
+    executors = _executors_since(before)
+    _compare(list(actual), list(expected), _tolerance(op, dtype), exact, "gradient")
+    return executors
+
+
+def _differentiable(sample: SampleInput, output: Any) -> tuple[list, list]:
+    """The outputs that carry gradients and the inputs that want them."""
+    output = sample.output_process_fn_grad(output)
+    outputs = [t for t in tree_flatten(output)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+    leaves = tree_flatten((sample.input, sample.args, sample.kwargs))[0]
+    inputs = [t for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
+    return outputs, inputs
+
+
+# --- comparing ----------------------------------------------------------------------------
+
+
+def _tolerance(op: OpInfo, dtype: torch.dtype) -> dict[str, float]:
+    """The loosest tolerance OpInfo sets for this dtype on the CPU, else assert_close's defaults."""
+    atol = rtol = None
+    for info in op.decorators:
+        if isinstance(info, DecorateInfo):
+            if info.device_type not in (None, "cpu"):
+                continue
+            decorators = info.decorators
+        else:
+            decorators = [info]
+        for decorator in decorators:
+            if isinstance(decorator, toleranceOverride) and dtype in decorator.d:
+                override = decorator.d[dtype]
+                atol = max(atol or 0.0, override.atol)
+                rtol = max(rtol or 0.0, override.rtol)
+    return {} if atol is None else {"atol": atol, "rtol": rtol}
+
+
+def _compare(actual: Any, expected: Any, tolerance: dict, exact: bool, what: str) -> None:
+    actual_leaves, actual_spec = tree_flatten(actual)
+    expected_leaves, expected_spec = tree_flatten(expected)
+    if len(actual_leaves) != len(expected_leaves):
+        raise AssertionError(f"{what} has {len(actual_leaves)} parts, torch's has {len(expected_leaves)}")
+    for got, want in zip(actual_leaves, expected_leaves):
+        if not isinstance(want, torch.Tensor):
+            if isinstance(got, torch.Tensor):
+                raise AssertionError(f"{what} is a tensor where torch gives {type(want).__name__}")
+            torch.testing.assert_close(got, want, equal_nan=True, **tolerance)
+            continue
+        if not isinstance(got, torch.Tensor):
+            raise AssertionError(f"{what} is {type(got).__name__} where torch gives a tensor")
+        if got.device.type != "turbine":
+            raise AssertionError(f"{what} is on {got.device}, not on the turbine device")
+        got = got.cpu()
+        if got.shape != want.shape or got.dtype != want.dtype:
+            raise AssertionError(
+                f"{what} is {got.dtype}{list(got.shape)}, torch gives {want.dtype}{list(want.shape)}"
+            )
+        if exact:
+            torch.testing.assert_close(got, want.detach(), equal_nan=True, check_stride=False, **tolerance)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    first = next((line.strip() for line in text if line.strip()), "")
+    return f"{type(error).__name__}: {first}"[:300]
+
+
+# --- which executors ran ------------------------------------------------------------------
+
+
+def _executions() -> tuple[int, int, int]:
+    stats = turbine.stats()
+    return stats["dispatches"], sum(stats["fallbacks"].values()), sum(stats["host_ops"].values())
+
+
+def _executors_since(before: tuple[int, int, int]) -> set[str]:
+    now = _executions()
+    names = ("iree", "fallback", "host")
+    return {name for name, old, new in zip(names, before, now) if new > old}

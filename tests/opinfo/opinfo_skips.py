@@ -1,0 +1,22 @@
+"""Cases of the OpInfo suite that are not run, each with the reason. This is the only such list.
+
+A key is an op_db entry name (``max.reduction_with_dim``), optionally narrowed by variant
+(function, method, inplace), dtype (float32, int64) and direction (forward, backward); None
+matches any. Keep reasons specific: what goes wrong, and why it cannot be fixed in turbine now.
+"""
+
+from __future__ import annotations
+
+SKIPS: dict[tuple[str, str | None, str | None, str | None], str] = {}
+
+
+def skip_reason(op: str, variant: str, dtype: str, direction: str) -> str | None:
+    """The reason a case is skipped, or None when it runs."""
+    for (name, want_variant, want_dtype, want_direction), reason in SKIPS.items():
+        if name != op:
+            continue
+        if want_variant not in (None, variant) or want_dtype not in (None, dtype):
+            continue
+        if want_direction in (None, direction):
+            return reason
+    return None
