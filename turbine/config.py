@@ -72,6 +72,8 @@ class Config:
     cpu_workers: int = dataclasses.field(default_factory=default_cpu_workers)
     #: IREE runtime flags (``--task_worker_spin_us=50``, say), applied once before any device opens.
     runtime_flags: tuple[str, ...] = ()
+    #: Compiler processes that may compile kernels at the same time (read at the first compile).
+    compile_jobs: int = dataclasses.field(default_factory=lambda: len(os.sched_getaffinity(0)))
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -88,6 +90,7 @@ class Config:
             fallback=os.environ.get("TURBINE_FALLBACK", "device") or "device",
             cpu_workers=_env_int("TURBINE_CPU_WORKERS", default_cpu_workers(), "worker threads"),
             runtime_flags=tuple(os.environ.get("TURBINE_RUNTIME_FLAGS", "").split()),
+            compile_jobs=_env_int("TURBINE_COMPILE_JOBS", len(os.sched_getaffinity(0)), "processes"),
         )
 
 

@@ -145,13 +145,18 @@ def _on_cpu(function: Callable, sample: SampleInput, inplace: bool, seed: int) -
     return _call(function, sample)
 
 
-def _to_device(device: str) -> Callable[[Any], Any]:
+def _to_device(sample: SampleInput, device: str) -> SampleInput:
+    """The sample with its tensors copied to ``device``, and a ``device=`` argument naming it."""
+
     def move(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             return value.detach().to(device).requires_grad_(value.requires_grad)
         return value
 
-    return move
+    moved = sample.transform(move)
+    if "device" in moved.kwargs:  # factories (linspace, tril_indices, windows) name their device
+        moved.kwargs["device"] = device
+    return moved
 
 
 def _deterministic(function: Callable, sample: SampleInput, inplace: bool, expected: Any) -> bool:
@@ -173,7 +178,7 @@ def _forward_sample(
     except Exception:
         return None  # e.g. an in-place op whose result dtype cannot be written back
     exact = _deterministic(function, sample, inplace, expected)
-    moved = sample.transform(_to_device(device))
+    moved = _to_device(sample, device)
     before = _executions()
     torch.manual_seed(0)
     actual = _call(function, moved)
@@ -193,7 +198,7 @@ def _backward_sample(
     torch.manual_seed(2)
     upstream = [torch.randn_like(o) for o in outputs]
     expected = torch.autograd.grad(outputs, inputs, upstream, allow_unused=True)
-    moved = sample.transform(_to_device(device))
+    moved = _to_device(sample, device)
     before = _executions()
     torch.manual_seed(0)
     device_outputs, device_inputs = _differentiable(moved, _call(function, moved))

@@ -39,6 +39,19 @@ class _BackendModule:
         """Random factories draw from torch's CPU generator, which torch.manual_seed already seeds."""
 
     @staticmethod
+    def get_rng_state(device: object = None) -> torch.Tensor:
+        """The state of the generator turbine's random ops draw from: torch's CPU generator.
+
+        ``torch.random.fork_rng`` (used by checkpointing and by torch's own tests) saves and
+        restores this around a block, as it does for CUDA.
+        """
+        return torch.get_rng_state()
+
+    @staticmethod
+    def set_rng_state(state: torch.Tensor, device: object = None) -> None:
+        torch.set_rng_state(state)
+
+    @staticmethod
     def get_amp_supported_dtype() -> list[torch.dtype]:
         return [torch.float16, torch.bfloat16]
 

@@ -98,20 +98,31 @@ def schema_of(func: torch._ops.OpOverload) -> OpSchema:
 
 
 def functional_variant(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    """The out-of-place overload computing what an in-place (``add_``) or ``out=`` op writes."""
+    """The out-of-place overload computing what an in-place (``add_``) or ``out=`` op writes.
+
+    It is the overload of the op's out-of-place packet that takes the same arguments (the ``out=``
+    ones aside). Overload names do not always line up: ``pow_.Scalar`` is ``pow.Tensor_Scalar``.
+    """
     name = func.overloadpacket.__name__
     schema = schema_of(func)
     if schema.out_names:
-        mine = [(a.name, str(a.type)) for a in func._schema.arguments if a.name not in schema.out_names]
-        for overload_name in func.overloadpacket.overloads():
-            other = getattr(func.overloadpacket, overload_name)
-            if other is not func and not schema_of(other).written:
-                theirs = [(a.name, str(a.type)) for a in other._schema.arguments]
-                if theirs == mine:
-                    return other
-        return None
-    if name.endswith("_"):
+        packet = func.overloadpacket
+    elif name.endswith("_"):
         packet = getattr(torch.ops.aten, name[:-1], None)
-        if packet is not None and func._overloadname in packet.overloads():
-            return getattr(packet, func._overloadname)
+        if packet is None:
+            return None
+    else:
+        return None
+    mine = _arguments(func, exclude=schema.out_names)
+    candidates = [func._overloadname] + [o for o in packet.overloads() if o != func._overloadname]
+    for overload_name in candidates:
+        if overload_name not in packet.overloads():
+            continue
+        other = getattr(packet, overload_name)
+        if other is not func and not schema_of(other).written and _arguments(other) == mine:
+            return other
     return None
+
+
+def _arguments(func: torch._ops.OpOverload, exclude: tuple = ()) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in func._schema.arguments if a.name not in exclude]

@@ -1,39 +1,106 @@
-"""The in-process IREE compiler driver: MLIR text in, a VM flatbuffer out, diagnostics captured.
+"""Compiling kernels in compiler processes: MLIR text in, a VM flatbuffer out, diagnostics kept.
 
-The compiler prints diagnostics on the C-level stderr only, so compile() points file descriptor 2
-at a temporary file while it runs; a lock keeps two compiles from mixing their messages.
+IREE's compiler runs in separate processes (compile_worker.py), a pool of up to
+``config.compile_jobs``: a compiler crash then fails one compile instead of ending the user's
+session, each process's stderr holds one kernel's diagnostics, and threads that need kernels at
+the same time compile them in parallel. A process is started on first need (about a second, to
+load the compiler) and kept for the next compile.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
-import os
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
+from pathlib import Path
 from typing import Iterator
 
-import iree.compiler.api as api
-
+from turbine.config import config
 from turbine.errors import CompileError
+from turbine.kernels_cache import compile_worker
 from turbine.kernels_cache.target import Target
 
-_lock = threading.Lock()
+_WORKER = Path(compile_worker.__file__)
 
 
-@contextlib.contextmanager
-def _captured_stderr() -> Iterator[list[str]]:
-    """Collect what native code writes to fd 2 inside the block (the list gets one string)."""
-    captured: list[str] = []
-    with tempfile.TemporaryFile(mode="w+b") as sink:
-        saved = os.dup(2)
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield captured
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            captured.append(sink.read().decode(errors="replace"))
+class _CompilerProcess:
+    """One compiler process and its pipes; its stderr goes to a file, for crash reports."""
+
+    def __init__(self) -> None:
+        self.log = tempfile.TemporaryFile(mode="w+b")
+        self.process = subprocess.Popen(
+            [sys.executable, str(_WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log
+        )
+        if compile_worker.receive(self.process.stdout) != "ready":
+            raise CompileError(f"turbine could not start an IREE compiler process: {self.crash_report()}")
+
+    def compile(self, text: str, flags: list[str]) -> tuple[bool, bytes, str]:
+        compile_worker.send(self.process.stdin, (text, flags))
+        reply = compile_worker.receive(self.process.stdout)
+        if reply is None:
+            raise CompileError(
+                f"the IREE compiler crashed on this kernel ({self.crash_report()}); your session goes on "
+                "and the next compile starts a new compiler process."
+            )
+        return reply
+
+    def crash_report(self) -> str:
+        status = self.process.wait(timeout=30)
+        if status < 0:
+            reason = f"signal {signal.Signals(-status).name}"
+        else:
+            reason = f"exit status {status}"
+        self.log.seek(0)
+        lines = [line for line in self.log.read().decode(errors="replace").splitlines() if line.strip()]
+        return reason + (f": {lines[-1][:200]}" if lines else "")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
+        self.process.kill()
+        self.process.wait()
+        self.log.close()
+
+
+class _Pool:
+    """Idle compiler processes, and a limit on how many compile at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_CompilerProcess] = []
+        self._slots: threading.Semaphore | None = None
+
+    @contextlib.contextmanager
+    def process(self) -> Iterator[_CompilerProcess]:
+        """A compiler process for one compile; dropped (not reused) when the compile fails to finish."""
+        with self._lock:
+            if self._slots is None:
+                self._slots = threading.Semaphore(max(1, config.compile_jobs))
+        with self._slots:
+            with self._lock:
+                worker = self._idle.pop() if self._idle else None
+            worker = worker or _CompilerProcess()
+            try:
+                yield worker
+            except BaseException:
+                worker.close()  # a crash, or Ctrl-C while it compiled: its pipe is out of step
+                raise
+            with self._lock:
+                self._idle.append(worker)
+
+    def close(self) -> None:
+        with self._lock:
+            for worker in self._idle:
+                worker.close()
+            self._idle.clear()
+
+
+_pool = _Pool()
+atexit.register(_pool.close)
 
 
 def first_error_lines(diagnostics: str, count: int = 6) -> str:
@@ -46,24 +113,8 @@ def first_error_lines(diagnostics: str, count: int = 6) -> str:
 
 def compile_mlir(text: str, target: Target) -> bytes:
     """Compile one torch-dialect module for a target. Raises CompileError quoting the compiler."""
-    with _lock, _captured_stderr() as captured:
-        session = api.Session()
-        try:
-            session.set_flags(*target.compile_flags())
-            invocation = session.invocation()
-            invocation.enable_console_diagnostics()
-            ok = invocation.parse_source(api.Source.wrap_buffer(session, text.encode()))
-            ok = ok and invocation.execute()
-            data = b""
-            if ok:
-                output = api.Output.open_membuffer()
-                invocation.output_vm_bytecode(output)
-                data = bytes(output.map_memory())
-                output.close()
-            invocation.close()
-        finally:
-            session.close()
-    if not ok or not data:
-        diagnostics = captured[0] if captured else ""
+    with _pool.process() as worker:
+        ok, data, diagnostics = worker.compile(text, list(target.compile_flags()))
+    if not ok:
         raise CompileError(first_error_lines(diagnostics) or "the compiler reported failure", diagnostics)
     return data

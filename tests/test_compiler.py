@@ -1,0 +1,42 @@
+"""Kernels compile in separate compiler processes: a compiler crash fails one compile, not the session."""
+
+import threading
+
+import pytest
+import torch
+
+import turbine
+from turbine.eager import lowering
+from turbine.kernels_cache import Target, compile_mlir
+
+aten = torch.ops.aten
+CPU = Target("llvm-cpu", "host", ())
+
+
+def test_a_compiler_crash_is_a_compile_error_and_the_next_compile_works():
+    # IREE 3.13's torch-mlir view lowering divides by zero on this view of an empty tensor.
+    crashing = lowering.lower(lambda x: [aten.view.default(x, [5, 0])], [((0, 5), torch.float32)])
+    with pytest.raises(turbine.CompileError, match="compiler crashed.*SIGFPE"):
+        compile_mlir(crashing, CPU)
+    good = lowering.lower(lambda x: [x * 2], [((3,), torch.float32)])
+    assert len(compile_mlir(good, CPU)) > 0
+
+
+def test_compile_errors_quote_the_compiler():
+    failing = lowering.lower(
+        lambda x, i, s: [aten.scatter.src(x, 0, i, s)], [((), torch.float32), ((), torch.int64), ((), torch.float32)]
+    )
+    with pytest.raises(turbine.CompileError, match="error: 'iree_linalg_ext.scatter' op"):
+        compile_mlir(failing, CPU)
+
+
+def test_threads_compile_at_the_same_time_and_each_gets_its_own_kernel():
+    texts = [lowering.lower(lambda x: [x + 1], [((k + 1,), torch.float32)]) for k in range(4)]
+    results: dict[int, bytes] = {}
+    threads = [threading.Thread(target=lambda k=k: results.__setitem__(k, compile_mlir(texts[k], CPU))) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == [0, 1, 2, 3]
+    assert len(set(results.values())) == 4  # different shapes: different modules
