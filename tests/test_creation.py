@@ -85,11 +85,26 @@ def test_numpy_asks_for_cpu_first():
         torch.ones(2, device=D).numpy()
 
 
-def test_complex_dtype_is_a_clear_error():
-    with pytest.raises(turbine.UnsupportedDtypeError, match="complex64"):
-        torch.zeros(2, dtype=torch.complex64, device=D)
-    with pytest.raises(turbine.UnsupportedDtypeError, match="complex64"):
-        torch.randn(2, dtype=torch.complex64).to(D)
+def test_dtypes_turbine_cannot_hold_are_a_clear_error():
+    with pytest.raises(turbine.UnsupportedDtypeError, match="uint16"):
+        torch.zeros(2, dtype=torch.uint16, device=D)
+    with pytest.raises(turbine.UnsupportedDtypeError, match="float8_e4m3fn"):
+        torch.randn(2).to(torch.float8_e4m3fn).to(D)
+
+
+@pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
+def test_complex_tensors_live_on_the_device_and_their_ops_go_to_the_fallback():
+    c = torch.randn(3, 4, dtype=torch.complex64)
+    on_device = c.to(D)
+    torch.testing.assert_close(on_device.cpu(), c)
+    torch.testing.assert_close(on_device.t().cpu(), c.t())
+    torch.testing.assert_close((on_device * 2).abs().cpu(), (c * 2).abs())
+    torch.testing.assert_close(torch.fft.rfft(c.real.contiguous().to(D)).cpu(), torch.fft.rfft(c.real.contiguous()))
+    on_device[1:, 2:].mul_(3)
+    c[1:, 2:].mul_(3)
+    torch.testing.assert_close(on_device.cpu(), c)
+    with turbine.fallback("error"), pytest.raises(turbine.UnsupportedOpError, match="complex64"):
+        on_device + 1
 
 
 def test_module_to_moves_parameters():

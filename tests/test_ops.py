@@ -77,7 +77,9 @@ def test_tensor_lists_and_keyword_arguments():
 
 
 @pytest.mark.parametrize(
-    "dtype", [torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int32, torch.int64, torch.uint8], ids=str
+    "dtype",
+    [torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8],
+    ids=str,
 )
 def test_dtypes_and_promotion(dtype):
     x = (torch.randn(4, 4) * 10).to(dtype)

@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 import torch
 
 D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
@@ -120,3 +121,50 @@ def test_results_handed_back_from_copied_inputs_wait_for_the_copy():
         x = torch.randn(6, 8)
         xd = x.to(D)
         torch.testing.assert_close(xd.t().contiguous().cpu(), x.t().contiguous(), rtol=0, atol=0)
+
+
+def test_data_shares_storage_without_autograd():
+    x = torch.randn(3, 4)
+    xd = x.to(D).requires_grad_()
+    data = xd.data
+    assert not data.requires_grad
+    data[1].zero_()
+    x[1].zero_()
+    torch.testing.assert_close(xd.detach().cpu(), x)
+
+
+def test_in_place_ops_that_change_the_shape():
+    x = torch.randn(1, 3, 1)
+    cases = [
+        lambda t: t.squeeze_(),
+        lambda t: t.squeeze_(0),
+        lambda t: t.unsqueeze_(1),
+        lambda t: t.squeeze_(2).t_(),
+        lambda t: t.transpose_(0, 2),
+        lambda t: t.as_strided_((3,), (1,)),
+    ]
+    for case in cases:
+        expected, actual = x.clone(), x.to(D)
+        assert case(expected) is expected and case(actual) is actual
+        assert actual.shape == expected.shape and actual.stride() == expected.stride()
+        torch.testing.assert_close(actual.cpu(), expected)
+
+
+def test_out_tensors_are_resized_as_in_torch():
+    a = torch.randn(2, 3)
+    out = torch.empty(0).to(D)
+    torch.mul(a.to(D), 2, out=out)
+    torch.testing.assert_close(out.cpu(), a * 2)
+    out = torch.zeros(5).to(D)
+    with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+        torch.mul(a.to(D), 3, out=out)
+    torch.testing.assert_close(out.cpu(), a * 3)
+
+
+def test_resize_keeps_the_elements_that_fit():
+    x = torch.arange(6.0)
+    xd = x.to(D)
+    torch.testing.assert_close(xd.resize_(2, 2).cpu(), x.resize_(2, 2))
+    grown = xd.resize_(3, 3)
+    assert grown.shape == (3, 3)
+    torch.testing.assert_close(grown.cpu().flatten()[:6], torch.arange(6.0))

@@ -15,6 +15,8 @@ A few ops that move data or need torch's CPU semantics are handled before that (
 
 from __future__ import annotations
 
+import math
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -24,7 +26,7 @@ from turbine.config import config
 from turbine.counters import counters
 from turbine.device import Device, upload_scalar
 from turbine.eager import backward_errors, factories, fallback, host, lowering
-from turbine.eager.dtypes import ELEMENT_TYPES, check_dtype
+from turbine.eager.dtypes import ELEMENT_TYPES, check_kernel_dtype
 from turbine.eager.launch import launch
 from turbine.eager.schema import OpSchema, functional_variant, schema_of
 from turbine.eager.signature import Leaves, rebuild, walk
@@ -141,7 +143,10 @@ def _meta_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Any:
     meta_args, meta_kwargs = rebuild(schema, args, kwargs, meta_like, lambda value: value)
     meta_kwargs = {name: _host_devices(value, "meta") for name, value in meta_kwargs.items()}
     try:
-        return func(*meta_args, **meta_kwargs)
+        with warnings.catch_warnings():
+            # resize_out warns on every call that resizes; the meta run happens once per plan.
+            warnings.filterwarnings("ignore", "An output with one or more elements was resized")
+            return func(*meta_args, **meta_kwargs)
     except NotImplementedError as error:
         raise UnsupportedOpError(
             f"{func} has no shape rule in torch (its output shape may depend on the data)"
@@ -280,14 +285,51 @@ def _mutation_plan(func: Any, schema: OpSchema) -> Callable:
 
 
 def _write_result(func: Any, target: DeviceTensor, value: DeviceTensor) -> None:
-    if tuple(value.shape) != tuple(target.shape):
-        raise UnsupportedOpError(
-            f"{func}: the out= tensor has shape {list(target.shape)} but the result has {list(value.shape)}; "
-            "turbine cannot resize out= tensors yet, pass one of the result's shape."
-        )
     if value.dtype != target.dtype:
         value = run(aten._to_copy.default, (value,), {"dtype": target.dtype})
+    if tuple(value.shape) != tuple(target.shape):
+        resize_out(target, value)
+        return
     write(target, dense(value))
+
+
+def resize_out(target: DeviceTensor, value: DeviceTensor) -> None:
+    """An ``out=`` tensor of another shape than the result takes the result's shape and values, as in torch."""
+    if target.numel() != 0:
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape {list(target.shape)}, which does "
+            f"not match the required output shape {list(value.shape)}. This behavior is deprecated, and in a "
+            "future PyTorch release outputs will not be resized unless they have zero elements. You can explicitly "
+            "reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
+            UserWarning,
+            stacklevel=8,  # the user's call, above the device mode, torch's dispatch and turbine's plan
+        )
+    target._become(dense(value))
+
+
+def _restride(func: Any, args: tuple, kwargs: dict) -> Any:
+    """In-place ops that change a tensor's shape (``squeeze_``, ``t_``, ``transpose_``, ...):
+    the tensor becomes the view its out-of-place twin gives."""
+    target = args[0]
+    target._become(run(functional_variant(func), args, kwargs))
+    return target
+
+
+def _resize(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``resize_``: contiguous over the same storage when it fits, else over a larger storage that
+    starts with the old one's elements (torch keeps them too)."""
+    target, sizes = args[0], tuple(args[1])
+    numel = math.prod(sizes)
+    storage = target._storage
+    offset = target.storage_offset()
+    if offset + numel > storage.numel:
+        grown = factories.empty((offset + numel,), target.dtype, storage.device)
+        if storage.numel:
+            old = to_host(DeviceTensor(storage, (storage.numel,)))
+            write(grown[: storage.numel], to_device(old, storage.device))
+        storage = grown._storage
+    target._become(DeviceTensor(storage, sizes, None, offset))
+    return target
 
 
 class _KernelPlan:
@@ -362,7 +404,9 @@ def _fold_alpha(func: Any, call_args: list, call_kwargs: dict) -> None:
 def _kernel_signature(func: Any, leaves: Leaves) -> tuple[tuple, list]:
     """The kernel cache's signature of a call, and the dtypes its runtime scalars are passed as."""
     reference = _scalar_reference(leaves)
-    scalar_dtypes = [check_dtype(_scalar_dtype(v, reference), f"a scalar argument of {func}") for v in leaves.scalars]
+    scalar_dtypes = [
+        check_kernel_dtype(_scalar_dtype(v, reference), f"a scalar argument of {func}") for v in leaves.scalars
+    ]
     return _plain(tuple(leaves.key)) + (tuple(str(d) for d in scalar_dtypes),), scalar_dtypes
 
 
@@ -385,7 +429,9 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
     metas, kind = _outputs(meta_out)
     for meta in metas:
         if meta is not None:
-            check_dtype(meta.dtype, f"the result of {func}")
+            check_kernel_dtype(meta.dtype, f"the result of {func}")
+    for tensor in leaves.tensors:
+        check_kernel_dtype(tensor.dtype, f"an input of {func}")
     signature, scalar_dtypes = _kernel_signature(func, leaves)
     inputs = [(tuple(t.shape), t.dtype) for t in leaves.tensors] + [((), d) for d in scalar_dtypes]
     target = schema.twin or func
@@ -558,7 +604,20 @@ def _resolve(name: str) -> Any:
     return getattr(getattr(aten, packet), overload)
 
 
+_RESTRIDE = [
+    "squeeze_.default", "squeeze_.dim", "squeeze_.dims", "unsqueeze_.default", "t_.default", "transpose_.default",
+    "as_strided_.default",
+]
+
+def _shallow_copy_compatible(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Asked by ``tensor.data = other``: two device tensors can take each other's metadata."""
+    return all(isinstance(a, DeviceTensor) for a in args)
+
+
 SPECIAL: dict[Any, Callable] = {
+    aten.resize_.default: _resize,
+    aten._has_compatible_shallow_copy_type.default: _shallow_copy_compatible,
+    **{_resolve(name): _restride for name in _RESTRIDE},
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
     aten._local_scalar_dense.default: _item,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import iree.runtime as rt
 
-from turbine.errors import UnsupportedDtypeError
+from turbine.errors import UnsupportedDtypeError, UnsupportedOpError
 
 _ET = rt.HalElementType
 ELEMENT_TYPES: dict[torch.dtype, int] = {
@@ -22,12 +22,26 @@ ELEMENT_TYPES: dict[torch.dtype, int] = {
 }
 
 
+#: dtypes a turbine tensor can hold although no IREE kernel takes them: their bytes live in device
+#: buffers, and every op on them goes to the fallback policy (torch's kernel over the same memory
+#: by default). Each maps to the real dtype of its parts, which is how they cross DLPack.
+STORAGE_ONLY: dict[torch.dtype, torch.dtype] = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
 def check_dtype(dtype: torch.dtype, what: str = "a turbine tensor") -> torch.dtype:
     """Return dtype if a turbine device can hold it, else raise an error naming the way out."""
-    if dtype not in ELEMENT_TYPES:
-        supported = ", ".join(str(d).replace("torch.", "") for d in ELEMENT_TYPES)
+    if dtype not in ELEMENT_TYPES and dtype not in STORAGE_ONLY:
+        supported = ", ".join(str(d).replace("torch.", "") for d in [*ELEMENT_TYPES, *STORAGE_ONLY])
         raise UnsupportedDtypeError(
-            f"turbine does not support dtype {dtype} for {what}: IREE kernels take {supported}. "
-            "Keep such tensors on the CPU (.cpu()) or convert them (e.g. torch.view_as_real for complex)."
+            f"turbine does not support dtype {dtype} for {what}: turbine tensors hold {supported}. "
+            "Keep such tensors on the CPU (.cpu()) or convert them first."
         )
     return dtype
+
+
+def check_kernel_dtype(dtype: torch.dtype, what: str) -> torch.dtype:
+    """Return dtype if IREE kernels take it; a storage-only dtype raises UnsupportedOpError (so the
+    op goes to the fallback policy), any other unsupported dtype UnsupportedDtypeError."""
+    if dtype in STORAGE_ONLY:
+        raise UnsupportedOpError(f"IREE kernels do not take {dtype} ({what})")
+    return check_dtype(dtype, what)

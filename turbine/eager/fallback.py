@@ -26,7 +26,7 @@ from turbine.config import config
 from turbine.counters import counters
 from turbine.device import Device
 from turbine.eager import host
-from turbine.eager.dtypes import ELEMENT_TYPES
+from turbine.eager.dtypes import ELEMENT_TYPES, STORAGE_ONLY
 from turbine.eager.tensor import DeviceTensor, Storage
 from turbine.eager.transfer import to_device
 from turbine.errors import UnsupportedOpError
@@ -102,8 +102,10 @@ def _torch_tensor(tensor: DeviceTensor) -> torch.Tensor:
     storage = tensor._storage
     storage.buffer.wait()
     device = storage.device
-    element_type = ELEMENT_TYPES[storage.dtype]
-    flat = rt.HalBufferView(storage.buffer.hal, [storage.numel], element_type)
+    parts = STORAGE_ONLY.get(storage.dtype)  # complex storage crosses DLPack as its real parts
+    element_type = ELEMENT_TYPES[parts or storage.dtype]
+    count = storage.numel * (2 if parts else 1)
+    flat = rt.HalBufferView(storage.buffer.hal, [count], element_type)
     try:
         capsule = device.hal.create_dlpack_capsule(flat, device.dlpack_type, device.spec.ordinal)
     except (ValueError, RuntimeError):
@@ -113,9 +115,11 @@ def _torch_tensor(tensor: DeviceTensor) -> torch.Tensor:
         done = device.new_fence()
         device.hal.queue_copy(storage.buffer.hal, plain, rt.HalFence(0), done)
         done.wait()
-        flat = rt.HalBufferView(plain, [storage.numel], element_type)
+        flat = rt.HalBufferView(plain, [count], element_type)
         capsule = device.hal.create_dlpack_capsule(flat, device.dlpack_type, device.spec.ordinal)
     shared = torch.from_dlpack(capsule)
+    if parts:
+        shared = torch.view_as_complex(shared.view(-1, 2))
     return shared.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
 
@@ -124,15 +128,18 @@ def _import(result: torch.Tensor, device: Device) -> DeviceTensor:
     if result.device.type == "cuda":
         torch.cuda.current_stream(result.device).synchronize()  # IREE reads it on its own streams
     dense = result.contiguous()
+    parts = dense.dtype in STORAGE_ONLY
     try:
-        view = device.hal.from_dlpack_capsule(torch.utils.dlpack.to_dlpack(dense))
+        exported = torch.view_as_real(dense) if parts else dense
+        view = device.hal.from_dlpack_capsule(torch.utils.dlpack.to_dlpack(exported))
     except Exception:  # misaligned or an odd layout: copy it (a counted transfer)
         return to_device(dense.cpu(), device)
     from turbine.device import Buffer
 
     sizes = tuple(dense.shape)
     tensor = DeviceTensor(Storage(device, dense.dtype, dense.numel(), Buffer(device, view.get_buffer())), sizes)
-    tensor._view_cache = (tensor._storage.buffer, view)
+    if not parts:
+        tensor._view_cache = (tensor._storage.buffer, view)
     return tensor
 
 

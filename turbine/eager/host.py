@@ -17,7 +17,6 @@ from turbine.device import Device
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device, to_host
 from turbine.eager.views import write
-from turbine.errors import UnsupportedOpError
 
 
 def device_of(args: tuple, kwargs: dict) -> Device | None:
@@ -71,8 +70,9 @@ def run_with_torch(
         target = originals.get(id(torch_tensor))
         if target is not None and id(target) in written:
             if torch_tensor.shape != target.shape:
-                raise UnsupportedOpError(f"turbine cannot resize the written argument of shape {list(target.shape)}")
-            write(target, bring_back(torch_tensor))
+                target._become(bring_back(torch_tensor))  # torch resized it (out=, resize_)
+            else:
+                write(target, bring_back(torch_tensor))
 
     def up(value: Any) -> Any:
         if isinstance(value, torch.Tensor):

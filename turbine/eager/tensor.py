@@ -91,6 +91,18 @@ class DeviceTensor(torch.Tensor):
                 raise
             return backward_errors.hold(error, lambda: dispatch.stand_in(func, args, kwargs))
 
+    def _become(self, other: "DeviceTensor") -> None:
+        """Take ``other``'s sizes, strides and storage in place (``squeeze_``, ``t_``, resizing ``out=``).
+
+        torch keeps a wrapper tensor's sizes in its C++ object; ``.data =`` replaces them there,
+        and the Python attributes follow.
+        """
+        self.data = other
+        self._storage = other._storage
+        self._dense = other._dense
+        self._key = other._key
+        self._view_cache = other._view_cache
+
     @property
     def turbine_device(self) -> Device:
         """The IREE device holding this tensor (``.device`` gives torch's view of it)."""

@@ -12,11 +12,12 @@ from __future__ import annotations
 import torch
 import iree.runtime as rt
 
-from turbine.eager.dtypes import ELEMENT_TYPES
+from turbine.eager.dtypes import ELEMENT_TYPES, STORAGE_ONLY
 from turbine.eager.factories import empty
 from turbine.eager.launch import launch
 from turbine.eager.lowering import lower
 from turbine.eager.tensor import DeviceTensor, wrap
+from turbine.eager.transfer import to_device, to_host
 from turbine.kernels_cache import kernel_cache
 
 aten = torch.ops.aten
@@ -38,6 +39,11 @@ def _flat_index(sizes: tuple[int, ...], strides: tuple[int, ...], offset: int) -
     return index.reshape(-1)
 
 
+def _storage_on_host(storage) -> torch.Tensor:
+    """A host copy of a whole storage, as a flat tensor."""
+    return to_host(DeviceTensor(storage, (storage.numel,)))
+
+
 def _flat_view(tensor: DeviceTensor) -> rt.HalBufferView:
     storage = tensor._storage
     return rt.HalBufferView(storage.buffer.hal, [storage.numel], ELEMENT_TYPES[storage.dtype])
@@ -55,6 +61,8 @@ def dense(tensor: DeviceTensor) -> DeviceTensor:
     storage = tensor._storage
     if tensor.numel() == 0:
         return empty(sizes, tensor.dtype, storage.device)  # nothing to gather (and no kernel to compile)
+    if storage.dtype in STORAGE_ONLY:  # no kernel takes complex: gather on the host
+        return to_device(_storage_on_host(storage).as_strided(sizes, strides, offset), storage.device)
 
     def gather(flat: torch.Tensor) -> torch.Tensor:
         return aten.index.Tensor(flat, [_flat_index(sizes, strides, offset)]).reshape(sizes)
@@ -80,6 +88,11 @@ def write(target: DeviceTensor, values: DeviceTensor) -> None:
         storage.buffer = values._storage.buffer
         return
     if target.numel() == 0:
+        return
+    if storage.dtype in STORAGE_ONLY:  # no kernel takes complex: scatter on the host
+        whole = _storage_on_host(storage)
+        whole.as_strided(target.shape, target.stride(), target.storage_offset()).copy_(to_host(values))
+        storage.buffer = to_device(whole, storage.device)._storage.buffer
         return
     sizes, strides, offset, numel, _ = geometry = _geometry(target)
 
