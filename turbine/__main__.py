@@ -1,5 +1,6 @@
 """``python -m turbine``: ``demo`` runs the README example; ``info`` prints versions, devices and the
-kernel cache; ``cache info|list|clear`` looks after the on-disk kernel cache."""
+kernel cache; ``cache info|list|clear`` looks after the on-disk kernel cache; ``coverage`` runs the
+OpInfo operator coverage suite and writes its report."""
 
 from __future__ import annotations
 
@@ -100,7 +101,28 @@ def cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def coverage(argv: list[str]) -> int:
+    """Run the operator coverage suite, which lives with the tests in a source checkout."""
+    from pathlib import Path
+
+    suite = Path(__file__).resolve().parent.parent / "tests" / "opinfo" / "opinfo_coverage.py"
+    if not suite.exists():
+        print(
+            "python -m turbine coverage: the coverage suite lives in turbine's source tree (tests/opinfo); "
+            "run it from a clone installed with pip install -e '.[test]'.",
+            file=sys.stderr,
+        )
+        return 2
+    sys.path.insert(0, str(suite.parent))
+    import opinfo_coverage
+
+    return opinfo_coverage.main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["coverage"]:
+        return coverage(argv[1:])  # its own options, parsed by the suite
     parser = argparse.ArgumentParser(prog="python -m turbine", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     run_demo = commands.add_parser("demo", help="run the README example and compare with torch on the CPU")
@@ -111,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     cache_parser.add_argument("--op", help="list: only entries whose op contains this text (e.g. aten.mm)")
     cache_parser.add_argument("--failed", action="store_true", help="clear: only the failed (negative) entries")
     cache_parser.add_argument("--dir", help="the cache directory (default: TURBINE_CACHE_DIR or the user cache dir)")
+    commands.add_parser("coverage", help="run the OpInfo operator coverage suite (see: coverage --help)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo(args.device)

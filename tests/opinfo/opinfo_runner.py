@@ -35,7 +35,7 @@ from opinfo_skips import skip_reason
 DTYPES = {"float32": torch.float32, "int64": torch.int64}
 VARIANTS = ("function", "method", "inplace")
 #: Samples run per case; OpInfo gives 1 to 100+, mostly variations of shape and arguments.
-DEFAULT_MAX_SAMPLES = 8
+DEFAULT_MAX_SAMPLES = 4
 
 
 @dataclasses.dataclass

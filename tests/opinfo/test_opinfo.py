@@ -1,0 +1,71 @@
+"""The CI subset of the OpInfo coverage suite, and checks of the suite itself.
+
+The full run is ``python -m turbine coverage`` (see the README); CI runs these entries, chosen to
+cover each kind of op (elementwise, reductions, several outputs, lists, matmuls, nn functions,
+views, indexing, a fallback op, a random op, complex results), and requires every applicable
+case of each to pass.
+"""
+
+import pytest
+import torch
+
+import opinfo_runner
+from opinfo_skips import SKIPS
+
+CI_ENTRIES = [
+    "add", "mul", "div.no_rounding_mode", "exp", "tanh", "sigmoid", "abs", "clamp", "where", "pow",
+    "sum", "mean", "amax", "argmax", "max.reduction_with_dim", "topk", "cumsum", "var_mean",
+    "cat", "stack", "mm", "bmm", "addmm", "matmul", "nn.functional.linear", "nn.functional.conv2d",
+    "softmax", "nn.functional.relu", "nn.functional.gelu", "nn.functional.layer_norm",
+    "nn.functional.cross_entropy", "transpose", "permute", "reshape", "squeeze", "index_select", "gather",
+    "erfinv", "nn.functional.dropout", "fft.rfft",
+]
+
+ENTRIES = opinfo_runner.entries()
+DEVICE = "turbine:cpu"
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("name", CI_ENTRIES)
+def test_entry_passes_every_case(name):
+    failures = []
+    for result in opinfo_runner.run_entry(ENTRIES[name], DEVICE):
+        if result.status == "fail":
+            failures.append(f"{result.variant} {result.dtype} {result.direction}: {result.detail}")
+    assert not failures, "\n".join(failures)
+
+
+def test_a_wrong_result_fails_its_case(monkeypatch):
+    """The harness must notice a device result that differs from torch's."""
+    op = ENTRIES["sin"]
+
+    def off_by_one(x, *args, **kwargs):
+        result = torch.sin(x, *args, **kwargs)
+        return result + 1 if result.device.type == "turbine" else result
+
+    monkeypatch.setattr(opinfo_runner, "_variant", lambda op, variant: off_by_one)
+    result = opinfo_runner.run_case(op, "function", "float32", "forward", DEVICE, 2)
+    assert result.status == "fail" and "not close" in result.detail
+
+
+def test_a_result_left_on_the_cpu_fails_its_case(monkeypatch):
+    op = ENTRIES["sin"]
+    monkeypatch.setattr(opinfo_runner, "_variant", lambda op, variant: lambda x: torch.sin(x).cpu())
+    result = opinfo_runner.run_case(op, "function", "float32", "forward", DEVICE, 2)
+    assert result.status == "fail" and "not on the turbine device" in result.detail
+
+
+def test_cases_torch_does_not_have_are_not_applicable():
+    result = opinfo_runner.run_case(ENTRIES["cat"], "inplace", "float32", "forward", DEVICE, 2)
+    assert result.status == "n/a" and "no inplace variant" in result.detail
+    result = opinfo_runner.run_case(ENTRIES["bitwise_and"], "function", "float32", "forward", DEVICE, 2)
+    assert result.status == "n/a" and "does not take torch.float32" in result.detail
+
+
+def test_every_skip_names_an_entry_and_gives_a_reason():
+    for (name, variant, dtype, direction), reason in SKIPS.items():
+        assert name in ENTRIES, f"{name} is not an op_db entry"
+        assert variant in (None, *opinfo_runner.VARIANTS)
+        assert dtype in (None, *opinfo_runner.DTYPES)
+        assert direction in (None, "forward", "backward")
+        assert len(reason.split()) >= 4, f"the skip of {name} needs a real reason"
