@@ -114,3 +114,13 @@ def test_an_error_inside_backward_reaches_the_caller(call):
     y = torch.randn(4, device="turbine:cpu", requires_grad=True)
     (y * y).sum().backward()
     torch.testing.assert_close(y.grad.cpu(), 2 * y.detach().cpu())
+
+
+def test_leaky_relu_gradient():
+    """IREE 3.13 miscompiles leaky_relu_backward as one op (lowering.CORRECTIONS)."""
+    x = torch.randn(6, 5, requires_grad=True)
+    upstream = torch.randn(6, 5)
+    (expected,) = torch.autograd.grad(torch.nn.functional.leaky_relu(x, 0.2), x, upstream)
+    xd = x.detach().to(D).requires_grad_()
+    (actual,) = torch.autograd.grad(torch.nn.functional.leaky_relu(xd, 0.2), xd, upstream.to(D))
+    torch.testing.assert_close(actual.cpu(), expected)

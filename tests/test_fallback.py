@@ -119,3 +119,12 @@ def test_failed_compile_costs_one_compile_and_none_in_a_second_process(tmp_path)
     assert first["compile_failures"] == 1 and first["fallbacks"]["aten.erfinv.default"] == 3
     assert second["compile_failures"] == 0 and second["kernels_compiled"] == 0
     assert second["fallbacks"]["aten.erfinv.default"] == 3
+
+
+@pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
+@pytest.mark.parametrize("policy", POLICIES)
+def test_ops_whose_meta_rule_reads_values_go_to_the_fallback(policy):
+    """allclose's meta rule calls .item(), which meta tensors cannot; torch's CPU kernel can."""
+    a = torch.randn(5)
+    with turbine.fallback(policy):
+        assert torch.allclose(a.to(D), a.to(D)) and not torch.allclose(a.to(D), (a + 1).to(D))

@@ -51,3 +51,10 @@ def test_stats_reset():
                  "host_transfer_bytes"]:
         assert data[name] == 0
     assert data["fallbacks"] == {}
+
+
+def test_a_broadcast_single_element_uploads():
+    """A 1-element tensor with stride 0 counts as contiguous in torch; its bytes still upload."""
+    x = torch.tensor([3.0]).expand(1)
+    assert x.stride() == (0,)
+    torch.testing.assert_close(x.to(D).cpu(), torch.tensor([3.0]))

@@ -168,3 +168,12 @@ def test_resize_keeps_the_elements_that_fit():
     grown = xd.resize_(3, 3)
     assert grown.shape == (3, 3)
     torch.testing.assert_close(grown.cpu().flatten()[:6], torch.arange(6.0))
+
+
+def test_a_view_outside_its_storage_is_torch_s_error():
+    x = torch.randn(10)
+    with pytest.raises(RuntimeError) as expected:
+        x.as_strided((2, 2), (1, 2), 10)
+    with pytest.raises(RuntimeError) as actual:
+        x.to(D).as_strided((2, 2), (1, 2), 10)
+    assert str(actual.value) == str(expected.value)

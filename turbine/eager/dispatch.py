@@ -155,7 +155,8 @@ def _meta_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Any:
         if "data-dependent" in str(error) or type(error).__name__ == "DynamicOutputShapeException":
             raise UnsupportedOpError(f"{func} has an output shape that depends on the data") from error
         _raise_as_torch_cpu(func, schema, args, kwargs)
-        raise
+        # torch's CPU kernel takes the call: only the meta rule cannot (it reads values, say).
+        raise UnsupportedOpError(f"{func} has no shape rule turbine can use ({error})") from error
 
 
 def _raise_as_torch_cpu(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> None:
@@ -257,7 +258,23 @@ def _view_plan(func: Any, leaves: Leaves, meta_out: Any) -> _ViewPlan:
         if meta.dtype != storage_dtype:
             raise UnsupportedOpError(f"{func}: views that reinterpret {storage_dtype} as {meta.dtype} are not supported")
     geometries = [(tuple(m.shape), tuple(m.stride()), m.storage_offset()) for m in metas]
+    for sizes, strides, offset in geometries:
+        _check_in_bounds(sizes, strides, offset, leaves.tensors[0])
     return _ViewPlan(geometries, _STRUCTURES[kind])
+
+
+def _check_in_bounds(sizes: tuple, strides: tuple, offset: int, base: DeviceTensor) -> None:
+    """A view must stay inside its storage (meta tensors do not check: their storage has no size)."""
+    if any(size == 0 for size in sizes):
+        return
+    last = offset + sum((size - 1) * stride for size, stride in zip(sizes, strides))
+    if offset < 0 or last >= base._storage.numel:
+        itemsize = base.element_size()
+        raise RuntimeError(
+            f"setStorage: sizes {list(sizes)}, strides {list(strides)}, storage offset {offset}, and itemsize "
+            f"{itemsize} requiring a storage size of {(last + 1) * itemsize} are out of bounds for storage of size "
+            f"{base._storage.numel * itemsize}"
+        )
 
 
 def _mutation_plan(func: Any, schema: OpSchema) -> Callable:
@@ -407,7 +424,16 @@ def _kernel_signature(func: Any, leaves: Leaves) -> tuple[tuple, list]:
     scalar_dtypes = [
         check_kernel_dtype(_scalar_dtype(v, reference), f"a scalar argument of {func}") for v in leaves.scalars
     ]
-    return _plain(tuple(leaves.key)) + (tuple(str(d) for d in scalar_dtypes),), scalar_dtypes
+    signature = _plain(tuple(leaves.key)) + (tuple(str(d) for d in scalar_dtypes),)
+    if _lowered_op(func) in lowering.CORRECTIONS:
+        signature += ("corrected",)  # never a kernel cached from the uncorrected lowering
+    return signature, scalar_dtypes
+
+
+def _lowered_op(func: Any) -> Any:
+    """The overload a kernel plan traces: the op, or its twin taking runtime scalars as tensors."""
+    schema = _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
+    return schema.twin or func
 
 
 def _stored_kernel_plan(func: Any, leaves: Leaves) -> _KernelPlan | None:
@@ -434,7 +460,7 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
         check_kernel_dtype(tensor.dtype, f"an input of {func}")
     signature, scalar_dtypes = _kernel_signature(func, leaves)
     inputs = [(tuple(t.shape), t.dtype) for t in leaves.tensors] + [((), d) for d in scalar_dtypes]
-    target = schema.twin or func
+    target = _lowered_op(func)
     target = lowering.CORRECTIONS.get(target, target)
     count = len(leaves.tensors)
 

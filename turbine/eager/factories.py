@@ -66,7 +66,12 @@ def register_backend_kernels() -> None:
 
         return dispatch.run(torch.ops.aten.copy_.default, (destination, source), {})
 
+    def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
+        # What autograd makes for gradients known to be zero (sgn's, for one): plain zeros here.
+        return torch.zeros(tuple(size), dtype=dtype or torch.get_default_dtype(), device=device)
+
     _library.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
+    _library.impl("_efficientzerotensor", efficient_zero_tensor, "PrivateUse1")
     _library.impl("empty_strided", empty_strided, "PrivateUse1")
     _library.impl("_copy_from", copy_from, "PrivateUse1")
 

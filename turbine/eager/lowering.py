@@ -40,8 +40,27 @@ def _pow_tensor_tensor(base: torch.Tensor, exponent: torch.Tensor) -> torch.Tens
     return torch.where(base < 0, negative, magnitude)
 
 
-#: Ops whose IREE 3.13 lowering gives wrong values, traced as these equivalents instead.
-CORRECTIONS = {torch.ops.aten.pow.Tensor_Tensor: _pow_tensor_tensor}
+def _select_scatter(input: torch.Tensor, src: torch.Tensor, dim: int, index: int) -> torch.Tensor:
+    """``select_scatter`` with a non-negative index: IREE 3.13 wrote a negative one to the wrong place."""
+    size = input.shape[dim]
+    return torch.ops.aten.select_scatter.default(input, src, dim, index + size if index < 0 else index)
+
+
+def _decomposed(op: torch._ops.OpOverload) -> Callable:
+    return torch._decomp.decomposition_table[op]
+
+
+_aten = torch.ops.aten
+
+#: Ops whose IREE 3.13 lowering gives wrong values, traced as these equivalents instead. Those
+#: found by the OpInfo run (tests/opinfo): ``leaky_relu_backward`` and ``softshrink`` as one op
+#: took the wrong branch for many elements; torch's decompositions of them are right.
+CORRECTIONS = {
+    _aten.pow.Tensor_Tensor: _pow_tensor_tensor,
+    _aten.leaky_relu_backward.default: _decomposed(_aten.leaky_relu_backward.default),
+    _aten.softshrink.default: _decomposed(_aten.softshrink.default),
+    _aten.select_scatter.default: _select_scatter,
+}
 
 
 @functools.lru_cache(maxsize=1)

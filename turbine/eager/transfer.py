@@ -13,7 +13,10 @@ def to_device(tensor: torch.Tensor, device: Device, requires_grad: bool = False)
     """Copy a CPU tensor to a device as a new dense DeviceTensor."""
     check_dtype(tensor.dtype)
     data = tensor.detach().contiguous()
-    raw = data.reshape(-1).view(torch.uint8).numpy() if data.numel() else data.reshape(-1).numpy()
+    flat = data.reshape(-1)
+    if flat.numel() and flat.stride(0) != 1:  # one element broadcast (stride 0) counts as contiguous
+        flat = flat.clone(memory_format=torch.contiguous_format)
+    raw = flat.view(torch.uint8).numpy() if flat.numel() else flat.numpy()
     result = wrap(upload(device, raw), data.dtype, tuple(data.shape))
     if requires_grad:
         result.requires_grad_(True)
