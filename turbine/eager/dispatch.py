@@ -563,6 +563,10 @@ def _index(func: Any, args: tuple, kwargs: dict) -> Any:
     if device is not None and any(type(i) is torch.Tensor and i.dim() > 0 for i in indices):
         indices = [to_device(i, device) if type(i) is torch.Tensor and i.dim() > 0 else i for i in indices]
         args = (args[0], indices) + tuple(args[2:])
+    if func is not aten.index.Tensor and any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
+        # Writing through a mask compiles, but IREE 3.13's kernel for it crashed the process.
+        reason = UnsupportedOpError(f"{func} with a boolean mask crashes IREE 3.13's kernel")
+        return fallback.run(func, args, kwargs, reason)
     return _plan_and_run(func, args, kwargs)
 
 

@@ -46,6 +46,28 @@ def _select_scatter(input: torch.Tensor, src: torch.Tensor, dim: int, index: int
     return torch.ops.aten.select_scatter.default(input, src, dim, index + size if index < 0 else index)
 
 
+def _wrapped_indices(input: torch.Tensor, indices: Sequence) -> list:
+    """Index tensors with negative entries counted from the end, as torch reads them.
+
+    IREE's gather and scatter take indices as they are, so a negative one read (or wrote!) outside
+    the tensor: index_put with negative indices crashed the process.
+    """
+    wrapped = []
+    for dim, index in enumerate(indices):
+        if index is not None and not index.dtype.is_floating_point and index.dtype != torch.bool:
+            index = torch.where(index < 0, index + input.shape[dim], index)
+        wrapped.append(index)
+    return wrapped
+
+
+def _index(input: torch.Tensor, indices: Sequence) -> torch.Tensor:
+    return torch.ops.aten.index.Tensor(input, _wrapped_indices(input, indices))
+
+
+def _index_put(input: torch.Tensor, indices: Sequence, values: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
+    return torch.ops.aten.index_put.default(input, _wrapped_indices(input, indices), values, accumulate)
+
+
 def _decomposed(op: torch._ops.OpOverload) -> Callable:
     return torch._decomp.decomposition_table[op]
 
@@ -60,6 +82,8 @@ CORRECTIONS = {
     _aten.leaky_relu_backward.default: _decomposed(_aten.leaky_relu_backward.default),
     _aten.softshrink.default: _decomposed(_aten.softshrink.default),
     _aten.select_scatter.default: _select_scatter,
+    _aten.index.Tensor: _index,
+    _aten.index_put.default: _index_put,
 }
 
 

@@ -201,7 +201,15 @@ def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> by
     first_error = None
     for lower in lowerings:
         try:
-            return compile_mlir(lower(), target)
+            text = lower()
+        except CompileError as error:
+            first_error = first_error or error
+            continue
+        except Exception as error:  # tracing failed (a data-dependent shape inside a decomposition, say)
+            first_error = first_error or CompileError(f"turbine could not lower it: {type(error).__name__}: {error}")
+            continue
+        try:
+            return compile_mlir(text, target)
         except CompileError as error:
             first_error = first_error or error
     raise first_error
