@@ -55,6 +55,6 @@ def test_stats_reset():
 
 def test_a_broadcast_single_element_uploads():
     """A 1-element tensor with stride 0 counts as contiguous in torch; its bytes still upload."""
-    x = torch.tensor([3.0]).expand(1)
+    x = torch.tensor(3.0).expand(1)
     assert x.stride() == (0,)
     torch.testing.assert_close(x.to(D).cpu(), torch.tensor([3.0]))

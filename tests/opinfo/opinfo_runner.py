@@ -50,6 +50,7 @@ class Result:
     detail: str = ""
     samples: int = 0
     executors: list[str] = dataclasses.field(default_factory=list)  # of "iree", "fallback", "host"
+    fallback_ops: list[str] = dataclasses.field(default_factory=list)  # the aten ops that fell back
     seconds: float = 0.0
 
 
@@ -91,6 +92,7 @@ def run_case(op: OpInfo, variant: str, dtype: str, direction: str, device: str, 
         return result
     start = time.perf_counter()
     executors: set[str] = set()
+    fallbacks_before = dict(turbine.stats()["fallbacks"])
     check = _forward_sample if direction == "forward" else _backward_sample
     function = _variant(op, variant)
     try:
@@ -104,6 +106,8 @@ def run_case(op: OpInfo, variant: str, dtype: str, direction: str, device: str, 
     except Exception as error:  # the case fails; the run goes on
         result.status, result.detail = "fail", _first_line(error)
     result.executors = sorted(executors)
+    fallbacks = turbine.stats()["fallbacks"]
+    result.fallback_ops = sorted(op for op, count in fallbacks.items() if count > fallbacks_before.get(op, 0))
     result.seconds = round(time.perf_counter() - start, 3)
     return result
 

@@ -181,6 +181,8 @@ def _raise_as_torch_cpu(func: Any, schema: OpSchema, args: tuple, kwargs: dict) 
 def _build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves) -> Callable:
     if leaves.device is None:
         raise UnsupportedOpError(f"{func} reached turbine without a turbine tensor argument")
+    if _lowered_op(func) in lowering.MISCOMPILED:
+        raise UnsupportedOpError(f"{func}: {lowering.MISCOMPILED[_lowered_op(func)]}")
     if not schema.written and not schema.aliased_output:
         plan = _stored_kernel_plan(func, leaves)
         if plan is not None:
@@ -199,17 +201,22 @@ def _build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
 def _zero_size(func: Any, leaves: Leaves, metas: list) -> bool:
     """Whether every result has no elements (so no kernel is needed).
 
-    IREE 3.13's compiler can crash the process (a division by zero in torch-mlir's view
-    lowering) on tensors with no elements. Calls whose results are all empty therefore run no
-    kernel at all, and calls that read an empty tensor to make a non-empty result go to the
-    fallback policy.
+    IREE 3.13 is not to be trusted with empty tensors: its compiler crashes on some views of them
+    (a division by zero in torch-mlir), and kernels reducing an empty tensor gave wrong values
+    (the std of nothing came out as a number, not NaN). Calls whose results are all empty run no
+    kernel; calls that read an empty tensor into a non-empty result go to the fallback policy,
+    except those that never read their input's values (``new_zeros`` and friends).
     """
     outputs = [m for m in metas if m is not None]
     if outputs and all(m.numel() == 0 for m in outputs):
         return True
-    if any(t.numel() == 0 for t in leaves.tensors):
-        raise UnsupportedOpError(f"{func} reads a tensor with no elements, which IREE's compiler cannot take")
+    if func.overloadpacket not in _VALUE_BLIND and any(t.numel() == 0 for t in leaves.tensors):
+        raise UnsupportedOpError(f"{func} reads a tensor with no elements, which IREE 3.13 does not compute reliably")
     return False
+
+
+#: Ops that use their tensor argument for its dtype and device only.
+_VALUE_BLIND = {aten.new_zeros, aten.new_ones, aten.new_full, aten.zeros_like, aten.ones_like, aten.full_like}
 
 
 class _EmptyPlan:
@@ -442,6 +449,8 @@ def _stored_kernel_plan(func: Any, leaves: Leaves) -> _KernelPlan | None:
     A stored kernel's metadata holds its output layouts, so a warm process neither checks the
     call on meta tensors again nor traces it: a kernel exists only for calls that passed both.
     """
+    if any(t.numel() == 0 for t in leaves.tensors):
+        return None  # _zero_size decides these, from the meta call
     signature, scalar_dtypes = _kernel_signature(func, leaves)
     kernel = kernel_cache.stored(signature, leaves.device, _describe(func, leaves))
     if kernel is None or "outputs" not in kernel.metadata:
@@ -478,11 +487,22 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
         outs = [o for o in ([out] if isinstance(out, torch.Tensor) else out) if o is not None]
         return [o if o.dtype == d else o.to(d) for o, d in zip(outs, result_dtypes)]
 
-    # The op as it is first; then torch's decompositions of it, where torch has some.
+    result_shapes = [tuple(m.shape) for m in metas if m is not None]
+
+    def traced_as_1d(*values: torch.Tensor) -> list[torch.Tensor]:
+        """0-d tensor inputs as 1-element 1-d ones: IREE 3.13 cannot lower some reductions of 0-d
+        tensors (amax, argmax, max.dim), and with dim 0 or -1 the op means the same on both."""
+        values = [v.reshape(1) if i < count and v.dim() == 0 else v for i, v in enumerate(values)]
+        return [o.reshape(shape) for o, shape in zip(traced(*values), result_shapes)]
+
+    # The op as it is first; then torch's decompositions of it, where torch has some; then, for
+    # 0-d inputs, the op on 1-d ones.
     lowerings = [
         lambda: lowering.lower(traced, inputs),
         lambda: lowering.lower(traced, inputs, decompose=True) if func in lowering.decompositions() else _no_lowering(),
     ]
+    if any(t.dim() == 0 for t in leaves.tensors):
+        lowerings.append(lambda: lowering.lower(traced_as_1d, inputs))
     metadata = {
         "outputs": [None if m is None else [list(m.shape), str(m.dtype).replace("torch.", "")] for m in metas],
         "structure": kind,
