@@ -21,7 +21,7 @@ def check(fn, *inputs, **tolerance):
 
 def test_negative_indices_read_and_write_from_the_end():
     x = torch.randn(5, 4)
-    index = torch.tensor([-1, 0, -5, 3])
+    index = torch.tensor([-1, 0, -3, 3])  # rows 4, 0, 2, 3: no row twice, so a plain put is well defined
     check(lambda t, i: t[i], x, index)
     check(lambda t, i: t[:, i[:2]], x, index)
 
