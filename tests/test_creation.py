@@ -103,6 +103,11 @@ def test_complex_tensors_live_on_the_device_and_their_ops_go_to_the_fallback():
     on_device[1:, 2:].mul_(3)
     c[1:, 2:].mul_(3)
     torch.testing.assert_close(on_device.cpu(), c)
+    # torch's lazy conjugate views (ifft of a real input returns one) keep their conjugation
+    torch.testing.assert_close(on_device.conj().cpu(), c.conj())
+    torch.testing.assert_close(c.conj().to(D).cpu(), c.conj())
+    real = torch.randn(8)
+    torch.testing.assert_close(torch.fft.ifft(real.to(D)).cpu(), torch.fft.ifft(real))
     with turbine.fallback("error"), pytest.raises(turbine.UnsupportedOpError, match="complex64"):
         on_device + 1
 

@@ -659,6 +659,17 @@ _RESTRIDE = [
     "as_strided_.default",
 ]
 
+def _lazy_view_as_copy(func: Any, args: tuple, kwargs: dict) -> Any:
+    """torch's lazy conjugate and negative views (``x.conj()`` of a complex tensor) as copies.
+
+    A turbine tensor has no conjugate or negative bit, so such a view holds the values it shows;
+    it does not alias its base, which no turbine op needs, but a view made that way would silently
+    drop the conjugation.
+    """
+    physical = aten.conj_physical.default if func is aten._conj.default else aten.neg.default
+    return run(physical, args, kwargs)
+
+
 def _shallow_copy_compatible(func: Any, args: tuple, kwargs: dict) -> bool:
     """Asked by ``tensor.data = other``: two device tensors can take each other's metadata."""
     return all(isinstance(a, DeviceTensor) for a in args)
@@ -667,6 +678,8 @@ def _shallow_copy_compatible(func: Any, args: tuple, kwargs: dict) -> bool:
 SPECIAL: dict[Any, Callable] = {
     aten.resize_.default: _resize,
     aten._has_compatible_shallow_copy_type.default: _shallow_copy_compatible,
+    aten._conj.default: _lazy_view_as_copy,
+    aten._neg_view.default: _lazy_view_as_copy,
     **{_resolve(name): _restride for name in _RESTRIDE},
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,

@@ -127,7 +127,7 @@ def _import(result: torch.Tensor, device: Device) -> DeviceTensor:
     """A torch result as a DeviceTensor: shared through DLPack when IREE accepts it, else uploaded."""
     if result.device.type == "cuda":
         torch.cuda.current_stream(result.device).synchronize()  # IREE reads it on its own streams
-    dense = result.contiguous()
+    dense = result.resolve_conj().resolve_neg().contiguous()  # torch's lazy conj/neg bits, made real
     parts = dense.dtype in STORAGE_ONLY
     try:
         exported = torch.view_as_real(dense) if parts else dense

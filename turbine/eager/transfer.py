@@ -12,7 +12,7 @@ from turbine.eager.tensor import DeviceTensor, wrap
 def to_device(tensor: torch.Tensor, device: Device, requires_grad: bool = False) -> DeviceTensor:
     """Copy a CPU tensor to a device as a new dense DeviceTensor."""
     check_dtype(tensor.dtype)
-    data = tensor.detach().contiguous()
+    data = tensor.detach().resolve_conj().resolve_neg().contiguous()  # lazy conj/neg bits, made real
     flat = data.reshape(-1)
     if flat.numel() and flat.stride(0) != 1:  # one element broadcast (stride 0) counts as contiguous
         flat = flat.clone(memory_format=torch.contiguous_format)
