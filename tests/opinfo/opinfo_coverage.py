@@ -211,9 +211,18 @@ def write_report(results: list[dict], args: argparse.Namespace, seconds: float) 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / "op-coverage.json", out / "op-coverage.md"
-    json_path.write_text(json.dumps({"meta": meta, "summary": summary, "results": results}, indent=1) + "\n")
+    json_path.write_text(_json_lines({"meta": meta, "summary": summary}, results))
     md_path.write_text(_markdown(meta, summary, results))
     return md_path, json_path
+
+
+def _json_lines(head: dict, results: list[dict]) -> str:
+    """The report as JSON with one case per line: small, and a rerun's diff shows what changed.
+    Fields with nothing in them (no detail, no executors, 0 samples) are left out of a case."""
+    compact = {"separators": (",", ":")}
+    lines = [json.dumps({k: v for k, v in r.items() if v not in ("", [], 0)}, **compact) for r in results]
+    opening = json.dumps(head, **compact)[:-1]
+    return opening + ',"results":[\n' + ",\n".join(lines) + "\n]}\n"
 
 
 _MARKS = {"pass": "pass", "fail": "FAIL", "skip": "skip", "n/a": "-"}
