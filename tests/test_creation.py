@@ -140,3 +140,17 @@ def test_in_place_random_ops_give_torch_cpu_numbers():
     expected = torch.zeros(3, 4)
     expected[1].uniform_()
     torch.testing.assert_close(row.cpu(), expected)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3, 1.0])
+def test_dropout_gives_torch_cpu_numbers_and_gradients(p):
+    x = torch.randn(6, 7)
+    leaf, device_leaf = x.clone().requires_grad_(), x.to(D).requires_grad_()
+    torch.manual_seed(3)
+    expected = torch.nn.functional.dropout(leaf, p)
+    torch.manual_seed(3)
+    actual = torch.nn.functional.dropout(device_leaf, p)
+    torch.testing.assert_close(actual.cpu(), expected)
+    expected.sum().backward()
+    actual.sum().backward()
+    torch.testing.assert_close(device_leaf.grad.cpu(), leaf.grad)

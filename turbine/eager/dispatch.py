@@ -608,9 +608,25 @@ def _random(func: Any, args: tuple, kwargs: dict) -> Any:
     return host.run_on_host(func, args, kwargs, host.device_of(args, kwargs))
 
 
-def _decompose(func: Any, args: tuple, kwargs: dict) -> Any:
-    """Ops best run as their torch decomposition, op by op on the device (dropout's mask, say)."""
-    return torch._decomp.decomposition_table[func](*args, **kwargs)
+def _native_dropout(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Dropout with the noise torch's CPU dropout draws, so a seed gives torch's CPU numbers.
+
+    torch's CPU kernel fills a tensor shaped like the input with ``bernoulli_(1 - p)`` from its
+    CPU generator, divides it by ``1 - p`` and multiplies; the noise is drawn the same way on the
+    host (one upload) and the arithmetic runs as kernels.
+    """
+    input, p = args[0], args[1]
+    train = args[2] if len(args) > 2 else kwargs.get("train")
+    if train is False or p == 0:
+        return torch._decomp.decomposition_table[func](*args, **kwargs)
+    counters.host_ops[str(func)] += 1
+    keep = 1.0 - p
+    noise = torch.empty(tuple(input.shape), dtype=input.dtype).bernoulli_(keep)
+    device_noise = to_device(noise, input._storage.device)
+    mask = device_noise != 0
+    if keep == 0:
+        return input * torch.zeros((), dtype=input.dtype, device=input.device), mask
+    return input * (device_noise / keep), mask
 
 
 def _foreach(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -688,7 +704,7 @@ SPECIAL: dict[Any, Callable] = {
     aten.index_put.default: _index,
     aten.index_put_.default: _index,
     aten._index_put_impl_.default: _index,
-    aten.native_dropout.default: _decompose,
+    aten.native_dropout.default: _native_dropout,
     **{_resolve(name): _random for name in _RANDOM},
     **{_resolve(name): _empty for name in _EMPTY},
 }
