@@ -218,9 +218,11 @@ def write_report(results: list[dict], args: argparse.Namespace, seconds: float) 
 
 def _json_lines(head: dict, results: list[dict]) -> str:
     """The report as JSON with one case per line: small, and a rerun's diff shows what changed.
-    Fields with nothing in them (no detail, no executors, 0 samples) are left out of a case."""
+    Fields with nothing in them (no detail, no executors, 0 samples) and the per-case seconds
+    (noise from run to run) are left out of a case."""
     compact = {"separators": (",", ":")}
-    lines = [json.dumps({k: v for k, v in r.items() if v not in ("", [], 0)}, **compact) for r in results]
+    kept = [{k: v for k, v in r.items() if k != "seconds" and v not in ("", [], 0)} for r in results]
+    lines = [json.dumps(case, **compact) for case in kept]
     opening = json.dumps(head, **compact)[:-1]
     return opening + ',"results":[\n' + ",\n".join(lines) + "\n]}\n"
 
