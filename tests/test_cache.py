@@ -265,3 +265,27 @@ def test_bad_cache_size_setting_names_the_variable(monkeypatch):
     monkeypatch.setenv("TURBINE_CACHE_MAX_BYTES", "2GB")
     with pytest.raises(ValueError, match="TURBINE_CACHE_MAX_BYTES must be a whole number"):
         Config.from_env()
+
+
+def test_a_warm_process_builds_plans_from_stored_layouts(fresh_cache, monkeypatch, stats):
+    """A kernel found in the store carries its output layouts, so the plan needs no meta check:
+    with the meta call made to fail, multi-output ops still match torch."""
+    x = torch.randn(4, 6)
+    cases = [lambda t: torch.max(t, 1), lambda t: torch.var_mean(t, 0), lambda t: t * 2 + 1]
+    for case in cases:
+        case(x.to("turbine:cpu"))
+    forget_memory()
+
+    def no_meta(*args, **kwargs):
+        raise AssertionError("the meta call ran although the store had the kernel")
+
+    monkeypatch.setattr(dispatch, "_meta_call", no_meta)
+    compiled = stats()["kernels_compiled"]
+    for case in cases:
+        expected, actual = case(x), case(x.to("turbine:cpu"))
+        if isinstance(expected, torch.Tensor):
+            expected, actual = (expected,), (actual,)
+        assert type(actual) is type(expected)
+        for e, a in zip(expected, actual):
+            torch.testing.assert_close(a.cpu(), e)
+    assert stats()["kernels_compiled"] == compiled and stats()["cache_hits_disk"] > 0
