@@ -74,3 +74,65 @@ def test_gradient_of_sgn_asks_for_efficient_zeros():
     xd = x.detach().to(D).requires_grad_()
     (actual,) = torch.autograd.grad(torch.sgn(xd).sum(), xd)
     torch.testing.assert_close(actual.cpu(), expected)
+
+
+def _with_nans(*shape):
+    x = torch.randn(*shape)
+    x.view(-1)[torch.randperm(x.numel())[: max(1, x.numel() // 5)]] = float("nan")
+    return x
+
+
+def _same(actual, expected):
+    """Equal, NaNs included, on the CPU."""
+    torch.testing.assert_close(actual.cpu(), expected, equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda t: t.clamp(-0.5, 0.5),
+        lambda t: t.clamp_min(0.1),
+        lambda t: t.clamp_max(0.1),
+        lambda t: t.clamp(min=torch.zeros(6, device=t.device)),
+        lambda t: torch.nn.functional.hardtanh(t),
+        lambda t: torch.maximum(t, t.flip(0)),
+        lambda t: torch.minimum(t.flip(1), t),
+        lambda t: t.clone().clamp_(-0.2, 0.3),
+    ],
+    ids=["clamp", "clamp_min", "clamp_max", "clamp_tensor", "hardtanh", "maximum", "minimum", "clamp_"],
+)
+def test_min_max_ops_keep_nans(fn):
+    """IREE 3.13 turned NaN into a bound (maximum(nan, 2) gave 2); torch keeps the NaN."""
+    x = _with_nans(5, 6)
+    _same(fn(x.to(D)), fn(x))
+
+
+def test_argmax_and_argmin_point_at_the_first_nan():
+    x = _with_nans(5, 6)
+    for fn in (lambda t: t.argmax(1), lambda t: t.argmin(0), lambda t: t.argmax(), lambda t: t.argmin(1, keepdim=True)):
+        _same(fn(x.to(D)), fn(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+def test_sort_orders_nans_last_and_signed_zeros_as_equal(dtype):
+    x = _with_nans(4, 5, 6) if dtype.is_floating_point else torch.randint(0, 4, (4, 5, 6))
+    if dtype.is_floating_point:
+        x[0, 0, :4] = torch.tensor([float("inf"), -0.0, 0.0, -float("inf")])
+    x = x.to(dtype)
+    for fn in (
+        lambda t: t.sort(-1),
+        lambda t: t.sort(0, descending=True),
+        lambda t: torch.sort(t, dim=1, stable=True),
+        lambda t: torch.sort(t, dim=-1, descending=True, stable=True),
+    ):
+        for a, e in zip(fn(x.to(D)), fn(x)):
+            _same(a, e)  # indices too: IREE's sort keeps ties in order, as a stable sort must
+
+
+def test_topk_counts_nan_as_largest():
+    x = _with_nans(6, 8)
+    for largest in (True, False):
+        values, indices = x.to(D).topk(3, 1, largest=largest)
+        expected, _ = x.topk(3, 1, largest=largest)
+        _same(values, expected)
+        _same(x.gather(1, indices.cpu()), expected)  # tied values may come in another order

@@ -7,11 +7,14 @@ measured 1.6-3.6 s for export against under 40 ms for this) and imported by IREE
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable, Sequence
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from iree.compiler.extras.fx_importer import FxImporter
+
+from turbine.eager import decompositions as decompositions_module
 
 
 def _squeeze_dims(tensor: torch.Tensor, dims: list[int]) -> torch.Tensor:
@@ -68,15 +71,95 @@ def _index_put(input: torch.Tensor, indices: Sequence, values: torch.Tensor, acc
     return torch.ops.aten.index_put.default(input, _wrapped_indices(input, indices), values, accumulate)
 
 
+def _nan_propagating(op: torch._ops.OpOverload) -> Callable:
+    """``op`` giving NaN where any tensor argument is NaN, as torch's kernels do.
+
+    IREE 3.13 lowers min/max comparisons as selects that drop a NaN: maximum(nan, 2) gave 2,
+    clamp and hardtanh turned NaN into a bound.
+    """
+
+    def corrected(*args, **kwargs):
+        result = op(*args, **kwargs)
+        if not result.dtype.is_floating_point:
+            return result
+        for value in list(args) + list(kwargs.values()):
+            if isinstance(value, torch.Tensor) and value.dtype.is_floating_point:
+                result = torch.where(torch.isnan(value), value.to(result.dtype), result)
+        return result
+
+    return corrected
+
+
+def _nan_first(op: torch._ops.OpOverload) -> Callable:
+    """``argmax``/``argmin`` that point at the first NaN, as torch's do (IREE's skipped NaNs)."""
+
+    def corrected(input: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
+        found = op(input, dim, keepdim)
+        if not input.dtype.is_floating_point:
+            return found
+        nans = torch.isnan(input).to(torch.int32)
+        first_nan = torch.ops.aten.argmax.default(nans, dim, keepdim)
+        any_nan = torch.ops.aten.amax.default(nans, [] if dim is None else [dim], keepdim) > 0
+        return torch.where(any_nan.reshape(found.shape), first_nan, found)
+
+    return corrected
+
+
+def _order_key(input: torch.Tensor) -> torch.Tensor:
+    """Integers that order as torch orders floats: NaN above +inf, -0.0 equal to 0.0.
+
+    IREE 3.13's sort and topk compare floats as they are, so a NaN landed anywhere. Reading the
+    bits as a signed integer orders positive floats already; flipping the other bits of negative
+    ones orders those too.
+    """
+    if not input.dtype.is_floating_point:
+        return input
+    if input.dim() == 0:  # IREE 3.13 cannot reinterpret a 0-d tensor
+        return _order_key(input.reshape(1)).reshape(())
+    canonical = torch.where(input == 0, torch.zeros_like(input), input)
+    canonical = torch.where(torch.isnan(input), torch.full_like(input, math.nan), canonical)
+    width = input.element_size() * 8
+    bits = canonical.view({64: torch.int64, 32: torch.int32}.get(width, torch.int16))
+    # A negative float's bits are lowest + magnitude: its key is -magnitude - 1 (no xor in IREE 3.13).
+    lowest = -(1 << (width - 1))
+    return torch.where(bits < 0, (-bits + lowest) - 1, bits)
+
+
+def _sort(input: torch.Tensor, dim: int = -1, descending: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sort`` by the order key; IREE's sort keeps equal keys in order, so it is also stable."""
+    if input.dim() == 0:
+        return input.clone(), torch.zeros((), dtype=torch.int64)
+    _, indices = torch.ops.aten.sort.default(_order_key(input), dim, descending)
+    return torch.gather(input, dim, indices), indices
+
+
+def _sort_stable(input: torch.Tensor, *, stable: bool | None = None, dim: int = -1, descending: bool = False):
+    """``sort.stable``, which IREE 3.13 does not know: the same sort, which is stable anyway."""
+    return _sort(input, dim, descending)
+
+
+def _topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    """``topk`` by the order key, so a NaN counts as the largest value, as in torch."""
+    _, indices = torch.ops.aten.topk.default(_order_key(input), k, dim, largest, sorted)
+    return torch.gather(input, dim, indices), indices
+
+
 def _decomposed(op: torch._ops.OpOverload) -> Callable:
     return torch._decomp.decomposition_table[op]
 
 
 _aten = torch.ops.aten
 
+_NAN_DROPPING = (
+    _aten.maximum.default, _aten.minimum.default, _aten.max.other, _aten.min.other,
+    _aten.clamp.default, _aten.clamp.Tensor, _aten.clamp_min.Tensor, _aten.clamp_max.Tensor,
+    _aten.clamp_min.default, _aten.clamp_max.default, _aten.hardtanh.default,
+)
+
 #: Ops whose IREE 3.13 lowering gives wrong values, traced as these equivalents instead. Those
 #: found by the OpInfo run (tests/opinfo): ``leaky_relu_backward`` and ``softshrink`` as one op
-#: took the wrong branch for many elements; torch's decompositions of them are right.
+#: took the wrong branch for many elements; torch's decompositions of them are right. min/max
+#: style ops dropped NaNs.
 CORRECTIONS = {
     _aten.pow.Tensor_Tensor: _pow_tensor_tensor,
     _aten.leaky_relu_backward.default: _decomposed(_aten.leaky_relu_backward.default),
@@ -85,6 +168,15 @@ CORRECTIONS = {
     _aten.index.Tensor: _index,
     _aten.index_put.default: _index_put,
     _aten.renorm.default: _decomposed(_aten.renorm.default),  # a negative dim renormed the wrong slices
+    **{op: _nan_propagating(op) for op in _NAN_DROPPING},
+    _aten.argmax.default: _nan_first(_aten.argmax.default),
+    _aten.argmin.default: _nan_first(_aten.argmin.default),
+    # IREE's own adaptive max pooling stops at run time unless the sizes divide evenly.
+    _aten.adaptive_max_pool2d.default: decompositions_module.adaptive_max_pool_nd,
+    _aten.adaptive_max_pool3d.default: decompositions_module.adaptive_max_pool_nd,
+    _aten.sort.default: _sort,
+    _aten.sort.stable: _sort_stable,
+    _aten.topk.default: _topk,
 }
 
 #: Ops IREE 3.13 compiles but computes wrongly, with no correct equivalent to trace: they go to
@@ -94,11 +186,39 @@ MISCOMPILED = {
 }
 
 
+def _convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The one ``prims`` op torch's aten-level decompositions emit (upsampling, grid sampling)."""
+    return torch.ops.aten._to_copy.default(x, dtype=dtype)
+
+
+#: torch decompositions outside the core-aten set that trace into ops IREE compiles. Chosen by
+#: name: the rest of torch's full table also decomposes ops IREE runs as they are (``_to_copy``
+#: among them, which the converter below needs intact).
+_MORE_FROM_TORCH = (
+    "_batch_norm_with_update", "_native_batch_norm_legit", "native_batch_norm",
+    "max_pool2d_with_indices", "max_pool3d_with_indices",
+    "max_pool2d_with_indices_backward", "grid_sampler_2d", "upsample_bicubic2d", "upsample_bilinear2d",
+    "upsample_trilinear3d", "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+    "addmv", "dist", "as_strided_copy", "narrow_copy", "permute_copy", "unbind_copy", "view_copy",
+)
+
+
 @functools.lru_cache(maxsize=1)
 def decompositions() -> dict:
-    """torch's core-aten decompositions: the second try for an op IREE cannot compile as it is."""
-    table = dict(torch._decomp.core_aten_decompositions())
+    """The second try for an op IREE cannot compile as it is.
+
+    torch's core-aten decompositions, then a few more of torch's (max pooling with indices,
+    upsampling, the ``*_copy`` ops), then turbine's own (eager/decompositions.py), which win.
+    """
+    table = {
+        op: fn
+        for op, fn in torch._decomp.decomposition_table.items()
+        if getattr(op, "_opname", None) in _MORE_FROM_TORCH and not fn.__module__.startswith("torch._refs")
+    }
+    table.update(torch._decomp.core_aten_decompositions())
     table[torch.ops.aten.squeeze.dims] = _squeeze_dims
+    table[torch.ops.prims.convert_element_type.default] = _convert_element_type
+    table.update(decompositions_module.TABLE)
     return table
 
 
