@@ -201,3 +201,368 @@ def adaptive_max_pool(input: torch.Tensor, output_size: list[int]) -> tuple[torc
 @_registers(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
 def adaptive_max_pool_nd(input: torch.Tensor, output_size: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     return adaptive_max_pool(input, list(output_size))
+
+
+# --- gamma and zeta functions -------------------------------------------------------------
+# Evaluated in float64 (IREE lowers its +, *, /, exp, log and sqrt, not its sin or erf), then
+# rounded to the input's dtype, so that float32 results keep float32 precision.
+
+_HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
+_SHIFT = 10  # arguments are moved above this by recurrence before an asymptotic series
+
+
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.float64)
+
+
+def _result_dtype(x: torch.Tensor) -> torch.dtype:
+    return x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+
+
+def _sin_pi(x: torch.Tensor) -> torch.Tensor:
+    """sin(pi * x) for float64 x, exact at the integers (where gamma has its poles).
+
+    x is reduced to [-1/2, 1/2] and the sine summed as its Taylor series (to t**21, error below
+    1e-15): IREE has no float64 sine, and its float32 one lost relative precision near 0.
+    """
+    whole = torch.round(x)
+    t = math.pi * (x - whole)
+    t2 = t * t
+    series = torch.ones_like(t)
+    for k in range(21, 1, -2):  # Horner: 1 - t²/3! (1 - t²/(4*5) (1 - ...))
+        series = 1 - t2 / (k * (k - 1)) * series
+    value = t * series
+    return torch.where(torch.remainder(whole, 2) == 1, -value, value)
+
+
+def _lgamma_positive(x: torch.Tensor) -> torch.Tensor:
+    """log Gamma(x) for x > 0: recurrence up to x + 10, then Stirling's series."""
+    small = x < _SHIFT
+    z = torch.where(small, x + _SHIFT, x)
+    product = torch.ones_like(x)
+    for k in range(_SHIFT):
+        product = product * torch.where(small, x + k, torch.ones_like(x))
+    inverse = 1 / z
+    inverse2 = inverse * inverse
+    series = inverse * (1 / 12 + inverse2 * (-1 / 360 + inverse2 * (1 / 1260 + inverse2 * (-1 / 1680 + inverse2 / 1188))))
+    return (z - 0.5) * torch.log(z) - z + _HALF_LOG_TWO_PI + series - torch.log(product)
+
+
+def _lgamma_wide(x: torch.Tensor) -> torch.Tensor:
+    """log|Gamma(x)| for float64 x; negative x by the reflection formula, inf at the poles."""
+    positive = torch.where(x > 0, x, 1 - x)
+    value = _lgamma_positive(positive)
+    reflected = math.log(math.pi) - torch.log(torch.abs(_sin_pi(x))) - value
+    result = torch.where(x > 0, value, reflected)
+    pole = (x <= 0) & (x == torch.floor(x))
+    result = torch.where(pole | torch.isinf(x), torch.full_like(x, math.inf), result)
+    return torch.where(torch.isnan(x), x, result)
+
+
+@_registers(aten.lgamma.default)
+def lgamma(x: torch.Tensor) -> torch.Tensor:
+    return _lgamma_wide(_wide(x)).to(_result_dtype(x))
+
+
+@_registers(aten.mvlgamma.default)
+def mvlgamma(x: torch.Tensor, p: int) -> torch.Tensor:
+    """The multivariate log-gamma: a sum of p shifted lgammas plus a constant."""
+    wide = _wide(x)
+    total = torch.full_like(wide, p * (p - 1) / 4 * math.log(math.pi))
+    for j in range(p):
+        total = total + _lgamma_wide(wide - j / 2)
+    return total.to(_result_dtype(x))
+
+
+def _digamma_wide(x: torch.Tensor) -> torch.Tensor:
+    """psi(x) for float64 x: reflection below 0.5, recurrence up to 10, asymptotic series."""
+    reflect = x < 0.5
+    y = torch.where(reflect, 1 - x, x)
+    small = y < _SHIFT
+    z = torch.where(small, y + _SHIFT, y)
+    shift_sum = torch.zeros_like(y)
+    for k in range(_SHIFT):
+        shift_sum = shift_sum + torch.where(small, 1 / (y + k), torch.zeros_like(y))
+    inverse2 = 1 / (z * z)
+    series = inverse2 * (1 / 12 - inverse2 * (1 / 120 - inverse2 * (1 / 252 - inverse2 * (1 / 240 - inverse2 / 132))))
+    value = torch.log(z) - 0.5 / z - series - shift_sum
+    # psi(1 - x) - psi(x) = pi cot(pi x); cos(pi x) = sin(pi (x + 1/2)).
+    cotangent = _sin_pi(x + 0.5) / _sin_pi(x)
+    result = torch.where(reflect, value - math.pi * cotangent, value)
+    integer = (x <= 0) & (x == torch.floor(x))
+    result = torch.where(integer, torch.full_like(x, math.nan), result)
+    zero = torch.where(signbit(x), torch.full_like(x, math.inf), torch.full_like(x, -math.inf))
+    result = torch.where(x == 0, zero, result)  # torch: -inf at 0.0, inf at -0.0, NaN below
+    result = torch.where(x == math.inf, x, result)
+    return torch.where(torch.isnan(x) | (x == -math.inf), torch.full_like(x, math.nan), result)
+
+
+@_registers(aten.digamma.default)
+def digamma(x: torch.Tensor) -> torch.Tensor:
+    return _digamma_wide(_wide(x)).to(_result_dtype(x))
+
+
+#: B_2j / (2j)! for j = 1..7: the Euler-Maclaurin tail of the Hurwitz zeta function.
+_BERNOULLI_OVER_FACTORIAL = [
+    1 / 6 / 2, -1 / 30 / 24, 1 / 42 / 720, -1 / 30 / 40320, 5 / 66 / 3628800,
+    -691 / 2730 / 479001600, 7 / 6 / 87178291200,
+]
+#: Terms summed before the Euler-Maclaurin tail, which needs q + terms well above 0: 40 covers
+#: q >= -30 (polygamma of negative arguments), at 40 exp/log pairs an element.
+_ZETA_TERMS = 40
+
+
+def _power(base: torch.Tensor, exponent: torch.Tensor | float) -> torch.Tensor:
+    """base ** exponent for float64 base, right for negative bases and integral exponents."""
+    magnitude = torch.exp(exponent * torch.log(torch.abs(base)))
+    odd = exponent % 2 == 1 if isinstance(exponent, float) else torch.remainder(exponent, 2) == 1
+    return torch.where((base < 0) & odd, -magnitude, magnitude)
+
+
+def _zeta_wide(s: torch.Tensor | float, q: torch.Tensor) -> torch.Tensor:
+    """The Hurwitz zeta function sum_k (q + k) ** -s, for float64 q (and s), by Euler-Maclaurin.
+
+    polygamma passes s as a Python float: IREE 3.13 miscompiled comparisons of a constant
+    tensor (full_like(q, 2.0) < 1 came out true inside a kernel).
+    """
+    total = torch.zeros_like(q + s)
+    for k in range(_ZETA_TERMS):
+        total = total + _power(q + k, -s)
+    a = q + _ZETA_TERMS
+    tail = a * _power(a, -s) / (s - 1) + 0.5 * _power(a, -s)
+    rising = s  # s (s + 1) ... (s + 2j - 2)
+    term = _power(a, -s - 1)
+    for j, coefficient in enumerate(_BERNOULLI_OVER_FACTORIAL):
+        tail = tail + coefficient * rising * term
+        rising = rising * (s + 2 * j + 1) * (s + 2 * j + 2)
+        term = term / (a * a)
+    if isinstance(s, torch.Tensor):
+        tail = torch.where(s == math.inf, torch.zeros_like(tail), tail)  # the terms alone are exact
+    total = total + tail
+    # Where the sum is undefined, torch (after Cephes) gives inf at s == 1 and at the poles
+    # q = 0, -1, ..., and NaN for s < 1 or a negative non-integral q with non-integral s.
+    # Below q = -30 the tail is wrong: torch's Cephes code sums as many terms as it takes.
+    pole = (q <= 0) & (q == torch.floor(q)) & (q != -math.inf)
+    if isinstance(s, float):  # decided here: IREE 3.13 has no bitwise op of a tensor and a bool
+        if s < 1:
+            return torch.full_like(total, math.nan)
+        if s == 1:
+            return torch.full_like(total, math.inf)
+        undefined = (q < 0) if s != math.floor(s) else torch.zeros_like(pole)
+    else:
+        pole = pole | (s == 1)
+        undefined = ((q < 0) & (s != torch.floor(s))) | (s < 1)
+    total = torch.where(undefined, torch.full_like(total, math.nan), total)
+    total = torch.where(pole | (q == -math.inf), torch.full_like(total, math.inf), total)
+    return torch.where(q == math.inf, torch.full_like(total, math.nan), total)  # as torch gives
+
+
+@_registers(aten.special_zeta.default)
+def zeta(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    dtype = torch.result_type(x, other)
+    dtype = dtype if dtype.is_floating_point else torch.get_default_dtype()
+    return _zeta_wide(_wide(x), _wide(other)).to(dtype)
+
+
+@_registers(aten.polygamma.default)
+def polygamma(n: int, x: torch.Tensor) -> torch.Tensor:
+    """psi^(n)(x) = (-1)**(n+1) n! zeta(n + 1, x) for n >= 1; digamma for n == 0."""
+    wide = _wide(x)
+    if n == 0:
+        return _digamma_wide(wide).to(_result_dtype(x))
+    value = (-1) ** (n + 1) * math.factorial(n) * _zeta_wide(float(n + 1), wide)
+    # The limits at infinity: 0 at +inf; none at -inf (zeta's own conventions differ).
+    value = torch.where(wide == math.inf, torch.zeros_like(value), value)
+    value = torch.where(wide == -math.inf, torch.full_like(value, math.nan), value)
+    return value.to(_result_dtype(x))
+
+
+# --- the error function family ------------------------------------------------------------
+# float64 throughout: erf by its series with positive terms below 2.5, erfc by Laplace's
+# continued fraction above; inverses by Halley's method from a rough start.
+
+_TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
+_SERIES_LIMIT = 2.5  # |x| below: the series; above: the continued fraction
+_ERF_TERMS = 50  # series terms: enough for |x| < 2.5 to float64 precision
+_CF_DEPTH = 60  # continued fraction depth: enough for |x| >= 2.5 to 1e-12
+
+
+def _erf_series(x: torch.Tensor) -> torch.Tensor:
+    """erf(x) = 2/sqrt(pi) exp(-x²) sum 2**n x**(2n+1) / (2n+1)!!, for |x| < 2.5."""
+    x = torch.where(x.abs() < _SERIES_LIMIT, x, torch.zeros_like(x))
+    x2 = x * x
+    term = x
+    total = x
+    for n in range(1, _ERF_TERMS):
+        term = term * 2 * x2 / (2 * n + 1)
+        total = total + term
+    return _TWO_OVER_SQRT_PI * torch.exp(-x2) * total
+
+
+def _erfcx_fraction(x: torch.Tensor) -> torch.Tensor:
+    """exp(x²) erfc(x) for x >= 2.5: 1/sqrt(pi) / (x + (1/2)/(x + 1/(x + (3/2)/(x + ...))))."""
+    x = torch.where(x >= _SERIES_LIMIT, x, torch.full_like(x, _SERIES_LIMIT))
+    fraction = x
+    for k in range(_CF_DEPTH, 0, -1):
+        fraction = x + (k / 2) / fraction
+    return 1 / (math.sqrt(math.pi) * fraction)
+
+
+def _erfc_wide(x: torch.Tensor) -> torch.Tensor:
+    """erfc for float64 x, to full relative precision in both tails."""
+    magnitude = x.abs()
+    upper = torch.where(
+        magnitude < _SERIES_LIMIT, 1 - _erf_series(magnitude), torch.exp(-magnitude * magnitude) * _erfcx_fraction(magnitude)
+    )
+    result = torch.where(x < 0, 2 - upper, upper)
+    return torch.where(torch.isnan(x), x, result)
+
+
+def _erfcx_wide(x: torch.Tensor) -> torch.Tensor:
+    magnitude = x.abs()
+    series = torch.exp(magnitude * magnitude) * (1 - _erf_series(magnitude))
+    upper = torch.where(magnitude < _SERIES_LIMIT, series, _erfcx_fraction(magnitude))
+    result = torch.where(x < 0, 2 * torch.exp(x * x) - upper, upper)
+    return torch.where(torch.isnan(x), x, result)
+
+
+def _erf_wide(x: torch.Tensor) -> torch.Tensor:
+    tail = 1 - _erfc_wide(x.abs())
+    result = torch.where(x.abs() < _SERIES_LIMIT, _erf_series(x), torch.where(x < 0, -tail, tail))
+    return torch.where(torch.isnan(x), x, result)
+
+
+@_registers(aten.erfc.default)
+def erfc(x: torch.Tensor) -> torch.Tensor:
+    return _erfc_wide(_wide(x)).to(_result_dtype(x))
+
+
+@_registers(aten.special_erfcx.default)
+def erfcx(x: torch.Tensor) -> torch.Tensor:
+    return _erfcx_wide(_wide(x)).to(_result_dtype(x))
+
+
+def _ndtr_lower(x: torch.Tensor) -> torch.Tensor:
+    """Phi(x) for x <= 0, the normal distribution's lower tail, to full relative precision."""
+    return _erfc_wide(-x / math.sqrt(2)) / 2
+
+
+def _ndtri_lower(p: torch.Tensor) -> torch.Tensor:
+    """Phi^-1(p) for 0 < p <= 1/2: Abramowitz & Stegun 26.2.23 (error 4.5e-4), then three steps
+    of Halley's method, each of which cubes the relative error."""
+    p = torch.where((p > 0) & (p <= 0.5), p, torch.full_like(p, 0.25))
+    t = torch.sqrt(-2 * torch.log(p))
+    x = -(t - (2.515517 + t * (0.802853 + t * 0.010328)) / (1 + t * (1.432788 + t * (0.189269 + t * 0.001308))))
+    for _ in range(3):
+        error = _ndtr_lower(x) - p
+        u = error * math.sqrt(2 * math.pi) * torch.exp(x * x / 2)
+        x = x - u / (1 + x * u / 2)
+    return x
+
+
+def _ndtri_wide(p: torch.Tensor) -> torch.Tensor:
+    lower = p <= 0.5
+    x = torch.where(lower, _ndtri_lower(p), -_ndtri_lower(1 - p))  # 1 - p is exact for p >= 1/2
+    x = torch.where(p == 0, torch.full_like(p, -math.inf), torch.where(p == 1, torch.full_like(p, math.inf), x))
+    return torch.where((p < 0) | (p > 1) | torch.isnan(p), torch.full_like(p, math.nan), x)
+
+
+@_registers(aten.special_ndtri.default)
+def ndtri(p: torch.Tensor) -> torch.Tensor:
+    return _ndtri_wide(_wide(p)).to(_result_dtype(p))
+
+
+@_registers(aten.erfinv.default)
+def erfinv(y: torch.Tensor) -> torch.Tensor:
+    """erf^-1(y) = Phi^-1((1 + y) / 2) / sqrt(2), from the tail nearer y; small |y| by Halley
+    steps on erf itself, where (1 + y) / 2 would round y away."""
+    wide = _wide(y)
+    magnitude = wide.abs()
+    tail = -_ndtri_wide((1 - magnitude) / 2) / math.sqrt(2)
+    x = torch.where(magnitude < 0.5, wide * (math.sqrt(math.pi) / 2), torch.where(wide < 0, -tail, tail))
+    for _ in range(3):
+        error = _erf_series(x) - wide
+        u = error / (_TWO_OVER_SQRT_PI * torch.exp(-x * x))
+        x = torch.where(magnitude < 0.5, x - u / (1 + x * u), x)
+    return x.to(_result_dtype(y))
+
+
+@_registers(aten.special_log_ndtr.default)
+def log_ndtr(x: torch.Tensor) -> torch.Tensor:
+    """log Phi(x): through erfcx in the lower tail (Phi underflows below -37), log1p above."""
+    wide = _wide(x)
+    t = -wide / math.sqrt(2)
+    lower = torch.log(_erfcx_wide(torch.where(wide < -1, t, torch.ones_like(t))) / 2) - t * t
+    upper = torch.log1p(-_erfc_wide(-t) / 2)
+    return torch.where(wide < -1, lower, upper).to(_result_dtype(x))
+
+
+# --- modified Bessel functions ------------------------------------------------------------
+# float64: the power series below |x| = 30 (all terms positive), the asymptotic expansion
+# e^x / sqrt(2 pi x) sum_k (-1)^k a_k(nu) / x^k above it.
+
+_BESSEL_SWITCH = 30.0
+_BESSEL_TERMS = 60  # series terms: the largest is near k = |x|/2, the tail negligible by k = 60
+_ASYMPTOTIC_TERMS = 12
+
+
+def _bessel_i_series(x: torch.Tensor, order: int) -> torch.Tensor:
+    """I_order(x) = sum_k (x/2)**(2k+order) / (k! (k+order)!) for |x| < 30."""
+    x = torch.where(x.abs() < _BESSEL_SWITCH, x, torch.zeros_like(x))
+    quarter = x * x / 4
+    term = (x / 2) ** order / math.factorial(order) if order else torch.ones_like(x)
+    total = term
+    for k in range(1, _BESSEL_TERMS):
+        term = term * quarter / (k * (k + order))
+        total = total + term
+    return total
+
+
+def _bessel_i_scaled_asymptotic(x: torch.Tensor, order: int) -> torch.Tensor:
+    """e^-|x| I_order(|x|) for |x| >= 30: sqrt(1/(2 pi x)) sum_k (-1)^k a_k / x^k with
+    a_k = (4 nu² - 1²)(4 nu² - 3²) ... (4 nu² - (2k-1)²) / (k! 8^k)."""
+    x = torch.where(x.abs() >= _BESSEL_SWITCH, x.abs(), torch.full_like(x, _BESSEL_SWITCH))
+    mu = 4 * order * order
+    term = torch.ones_like(x)
+    total = term
+    for k in range(1, _ASYMPTOTIC_TERMS):
+        term = -term * (mu - (2 * k - 1) ** 2) / (k * 8 * x)
+        total = total + term
+    return total / torch.sqrt(2 * math.pi * x)
+
+
+def _bessel_i_scaled(x: torch.Tensor, order: int) -> torch.Tensor:
+    """e^-|x| I_order(x) for float64 x; I_1 is odd, I_0 even."""
+    series = _bessel_i_series(x, order) * torch.exp(-x.abs())
+    asymptotic = _bessel_i_scaled_asymptotic(x, order)
+    if order % 2:
+        asymptotic = torch.where(x < 0, -asymptotic, asymptotic)
+    result = torch.where(x.abs() < _BESSEL_SWITCH, series, asymptotic)
+    return torch.where(torch.isnan(x), x, result)
+
+
+def _bessel_i(x: torch.Tensor, order: int) -> torch.Tensor:
+    """I_order(x): the scaled value times e^|x| (inf beyond float64's range, as in torch)."""
+    series = _bessel_i_series(x, order)
+    large = _bessel_i_scaled(x, order) * torch.exp(x.abs())
+    return torch.where(x.abs() < _BESSEL_SWITCH, series, large)
+
+
+@_registers(aten.i0.default, aten.special_modified_bessel_i0.default)
+def i0(x: torch.Tensor) -> torch.Tensor:
+    return _bessel_i(_wide(x), 0).to(_result_dtype(x))
+
+
+@_registers(aten.special_i0e.default)
+def i0e(x: torch.Tensor) -> torch.Tensor:
+    return _bessel_i_scaled(_wide(x), 0).to(_result_dtype(x))
+
+
+@_registers(aten.special_i1.default, aten.special_modified_bessel_i1.default)
+def i1(x: torch.Tensor) -> torch.Tensor:
+    return _bessel_i(_wide(x), 1).to(_result_dtype(x))
+
+
+@_registers(aten.special_i1e.default)
+def i1e(x: torch.Tensor) -> torch.Tensor:
+    return _bessel_i_scaled(_wide(x), 1).to(_result_dtype(x))
