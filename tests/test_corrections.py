@@ -6,6 +6,8 @@ import os
 import pytest
 import torch
 
+import turbine
+
 D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 
 
@@ -49,9 +51,27 @@ def test_ops_whose_single_op_lowering_is_wrong():
     check(lambda t, s: torch.select_scatter(t, s, 0, -2), x, torch.randn(5))
 
 
-@pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
-def test_logcumsumexp_goes_to_the_fallback():
-    check(lambda t: torch.logcumsumexp(t, 1), torch.randn(4, 6) * 5)
+def test_logcumsumexp_is_a_scan_of_log_add_exp():
+    """IREE 3.13's own kernel gave inf; turbine's scan matches torch, infinities included."""
+    x = torch.randn(4, 37) * 30
+    x[0, :3] = -float("inf")
+    x[1, 5] = float("inf")
+    x[2, 7] = float("nan")
+    with turbine.fallback("error"):
+        check(lambda t: torch.logcumsumexp(t, 1), x, equal_nan=True)
+        check(lambda t: torch.logcumsumexp(t, 0), x[:, :9], equal_nan=True)
+
+
+@pytest.mark.parametrize("op", [torch.cummax, torch.cummin])
+def test_cummax_and_cummin_point_at_the_latest_tie_and_nan(op):
+    x = torch.randint(0, 4, (5, 23)).float()  # many ties
+    x[1, 3] = float("nan")
+    x[2, 10] = float("nan")
+    x[2, 15] = float("nan")
+    with turbine.fallback("error"):
+        check(lambda t: op(t, 1), x, equal_nan=True)
+        check(lambda t: op(t, 0), x, equal_nan=True)
+        check(lambda t: op(t, 0), torch.randint(-9, 9, (17, 3)))
 
 
 def test_reductions_of_0d_tensors():

@@ -134,3 +134,17 @@ def test_hurwitz_zeta():
     s = _special_inputs(1, 8).abs() + 1
     q = _special_inputs(-5, 10).flip(0)
     check_against_float64(torch.special.zeta, s, q)
+
+
+@pytest.mark.parametrize("kind", ["t", "u", "v", "w"])
+@pytest.mark.parametrize("shifted", [False, True], ids=["plain", "shifted"])
+def test_chebyshev_polynomials_small_and_large_degrees(kind, shifted):
+    """Degrees up to 16 by the recurrence, above by the closed forms; +-1 exactly; n < 0 gives 0."""
+    name = f"{'shifted_' if shifted else ''}chebyshev_polynomial_{kind}"
+    fn = getattr(torch.special, name)
+    x = torch.empty(300).uniform_(-0.25, 1.25) if shifted else torch.empty(300).uniform_(-2, 2)
+    x[:4] = torch.tensor([1.0, -1.0, 0.0, 0.5]) if not shifted else torch.tensor([1.0, 0.0, 0.5, 0.75])
+    n = torch.empty(300).uniform_(-3, 30)
+    n[:8] = torch.tensor([20.0, 21.0, 3.0, 25.0, 20.0, 21.0, 3.0, 25.0])
+    check_against_float64(fn, x, n, rtol=5e-5, atol=1e-4)  # float32 phase error above degree 16
+    check_against_float64(lambda t: fn(t, 5), x)

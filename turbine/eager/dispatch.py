@@ -181,8 +181,6 @@ def _raise_as_torch_cpu(func: Any, schema: OpSchema, args: tuple, kwargs: dict) 
 def _build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves) -> Callable:
     if leaves.device is None:
         raise UnsupportedOpError(f"{func} reached turbine without a turbine tensor argument")
-    if _lowered_op(func) in lowering.MISCOMPILED:
-        raise UnsupportedOpError(f"{func}: {lowering.MISCOMPILED[_lowered_op(func)]}")
     if not schema.written and not schema.aliased_output:
         plan = _stored_kernel_plan(func, leaves)
         if plan is not None:

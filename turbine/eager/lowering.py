@@ -174,17 +174,11 @@ CORRECTIONS = {
     # IREE's own adaptive max pooling stops at run time unless the sizes divide evenly.
     _aten.adaptive_max_pool2d.default: decompositions_module.adaptive_max_pool_nd,
     _aten.adaptive_max_pool3d.default: decompositions_module.adaptive_max_pool_nd,
+    _aten.logcumsumexp.default: decompositions_module.logcumsumexp,  # IREE's gave inf
     _aten.sort.default: _sort,
     _aten.sort.stable: _sort_stable,
     _aten.topk.default: _topk,
 }
-
-#: Ops IREE 3.13 compiles but computes wrongly, with no correct equivalent to trace: they go to
-#: the fallback policy.
-MISCOMPILED = {
-    _aten.logcumsumexp.default: "IREE 3.13's kernel gives inf for ordinary inputs",
-}
-
 
 def _convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The one ``prims`` op torch's aten-level decompositions emit (upsampling, grid sampling)."""
