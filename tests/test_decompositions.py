@@ -148,3 +148,26 @@ def test_chebyshev_polynomials_small_and_large_degrees(kind, shifted):
     n[:8] = torch.tensor([20.0, 21.0, 3.0, 25.0, 20.0, 21.0, 3.0, 25.0])
     check_against_float64(fn, x, n, rtol=5e-5, atol=1e-4)  # float32 phase error above degree 16
     check_against_float64(lambda t: fn(t, 5), x)
+
+
+@pytest.mark.parametrize(
+    "fn, low, high",
+    [
+        (torch.special.bessel_j0, -40, 40),
+        (torch.special.bessel_j1, -40, 40),
+        (torch.special.bessel_y0, 0, 40),
+        (torch.special.bessel_y1, 0.05, 40),
+        (torch.special.modified_bessel_k0, 0, 60),
+        (torch.special.modified_bessel_k1, 0.01, 60),
+        (torch.special.scaled_modified_bessel_k0, 0, 60),
+        (torch.special.scaled_modified_bessel_k1, 0.01, 60),
+        (torch.special.spherical_bessel_j0, -60, 60),
+    ],
+    ids=["j0", "j1", "y0", "y1", "k0", "k1", "k0_scaled", "k1_scaled", "spherical_j0"],
+)
+def test_bessel_functions(fn, low, high):
+    """Against torch's float64, whose own J and Y kernels are off by up to 4e-7 (so atol 1e-6)."""
+    x = _special_inputs(low, high)
+    if low >= 0:
+        x = x.abs().clamp(low, high)
+    check_against_float64(fn, x, atol=1e-6)
