@@ -1,0 +1,36 @@
+"""Helpers shared by turbine's decompositions: the registry and dtype rules."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+#: aten overload -> the function traced in its place.
+TABLE: dict[torch._ops.OpOverload, Callable] = {}
+
+
+def registers(*ops: torch._ops.OpOverload) -> Callable[[Callable], Callable]:
+    """Decorator: trace ``fn`` in place of each of ``ops`` when IREE cannot compile them."""
+
+    def register(fn: Callable) -> Callable:
+        for op in ops:
+            TABLE[op] = fn
+        return fn
+
+    return register
+
+
+def floating(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as torch's unary float ops see it: integers and bools become the default float."""
+    return x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
+
+
+def as_float64(x: torch.Tensor) -> torch.Tensor:
+    """float64, where the special functions are evaluated."""
+    return x.to(torch.float64)
+
+
+def result_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype torch gives a unary float op's result: x's, or the default float for integers."""
+    return x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()

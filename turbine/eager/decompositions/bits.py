@@ -1,0 +1,125 @@
+"""Sign, magnitude and neighbouring floats: signbit, copysign, hypot, fmax/fmin, nextafter,
+frexp, angle, log10."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from turbine.eager.decompositions._common import floating, registers
+
+aten = torch.ops.aten
+
+
+def _bits_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The signed integer type as wide as a float type."""
+    return {torch.float64: torch.int64, torch.float32: torch.int32}.get(dtype, torch.int16)
+
+
+
+@registers(aten.signbit.default)
+def signbit(x: torch.Tensor) -> torch.Tensor:
+    """The sign bit itself (set for -0.0 and negative NaNs), read by viewing the float as an int."""
+    if not x.dtype.is_floating_point:
+        return x < 0
+    if x.dim() == 0:  # IREE 3.13 cannot reinterpret a 0-d tensor
+        return signbit(x.reshape(1)).reshape(())
+    return x.view(_bits_dtype(x.dtype)) < 0
+
+
+@registers(aten.copysign.Tensor)
+def copysign(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    dtype = torch.result_type(x, other)
+    dtype = dtype if dtype.is_floating_point else torch.get_default_dtype()
+    magnitude = x.to(dtype).abs()
+    return torch.where(signbit(other.to(dtype)), -magnitude, magnitude)
+
+
+@registers(aten.copysign.Scalar)
+def copysign_scalar(x: torch.Tensor, other: float) -> torch.Tensor:
+    magnitude = floating(x).abs()
+    return -magnitude if math.copysign(1.0, other) < 0 else magnitude
+
+
+@registers(aten.hypot.default)
+def hypot(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """sqrt(x² + y²) scaled by the larger magnitude, so it neither overflows nor underflows early."""
+    a, b = x.abs(), other.abs()
+    big, small = torch.maximum(a, b), torch.minimum(a, b)
+    ratio = torch.where(big == 0, torch.zeros_like(big), small / big)
+    result = big * torch.sqrt(1 + ratio * ratio)
+    result = torch.where(torch.isnan(a) | torch.isnan(b), a + b, result)  # IREE's maximum drops NaN
+    infinite = torch.isinf(a) | torch.isinf(b)  # inf even when the other one is NaN, as C's hypot
+    return torch.where(infinite, torch.full_like(result, math.inf), result)
+
+
+@registers(aten.fmax.default)
+def fmax(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """max ignoring NaN: the other operand wins over a NaN."""
+    return _ignoring_nan(torch.maximum, x, other)
+
+
+@registers(aten.fmin.default)
+def fmin(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    return _ignoring_nan(torch.minimum, x, other)
+
+
+def _ignoring_nan(pick: Callable, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    dtype = torch.result_type(x, other)
+    x, other = x.to(dtype), other.to(dtype)
+    if not dtype.is_floating_point:
+        return pick(x, other)
+    return torch.where(torch.isnan(x), other, torch.where(torch.isnan(other), x, pick(x, other)))
+
+
+@registers(aten.nextafter.default)
+def nextafter(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """The next float after x towards other: one step of the integer bit pattern."""
+    bits_dtype = _bits_dtype(x.dtype)
+    bits = x.view(bits_dtype)
+    away_from_zero = (x < other) == (x > 0)
+    stepped = torch.where(away_from_zero, bits + 1, bits - 1).view(x.dtype)
+    tiniest = torch.ones_like(bits).view(x.dtype)  # the smallest subnormal
+    from_zero = torch.where(other > 0, tiniest, -tiniest)
+    result = torch.where(x == 0, from_zero, stepped)
+    result = torch.where(x == other, other, result)
+    return torch.where(torch.isnan(x) | torch.isnan(other), x + other, result)
+
+
+@registers(aten.frexp.Tensor)
+def frexp(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x = mantissa * 2**exponent with 0.5 <= |mantissa| < 1; zero, inf and NaN keep exponent 0."""
+    # isnan, not isfinite: IREE folded isfinite's x == x to true inside this kernel.
+    regular = ~torch.isnan(x) & ~torch.isinf(x) & (x != 0)
+    magnitude = torch.where(regular, x.abs(), torch.ones_like(x))
+    exponent = torch.floor(torch.log2(magnitude)) + 1
+    mantissa = _times_power_of_two(x, -exponent)
+    # log2 rounds near powers of two: one step either way puts the mantissa in [0.5, 1).
+    low = mantissa.abs() < 0.5
+    mantissa, exponent = torch.where(low, mantissa * 2, mantissa), torch.where(low, exponent - 1, exponent)
+    high = mantissa.abs() >= 1
+    mantissa, exponent = torch.where(high, mantissa / 2, mantissa), torch.where(high, exponent + 1, exponent)
+    mantissa = torch.where(regular, mantissa, x)
+    exponent = torch.where(regular, exponent, torch.zeros_like(exponent))
+    return mantissa, exponent.to(torch.int32)
+
+
+def _times_power_of_two(x: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
+    """x * 2**exponent, exact; in two steps so that neither factor overflows for subnormal x."""
+    half = torch.floor(exponent / 2)
+    return x * torch.exp2(half) * torch.exp2(exponent - half)
+
+
+@registers(aten.angle.default)
+def angle(x: torch.Tensor) -> torch.Tensor:
+    """The argument of a real number: pi for negatives, 0 otherwise, NaN kept."""
+    x = floating(x)
+    result = torch.where(x < 0, torch.full_like(x, math.pi), torch.zeros_like(x))
+    return torch.where(torch.isnan(x), x, result)
+
+
+@registers(aten.log10.default)
+def log10(x: torch.Tensor) -> torch.Tensor:
+    return torch.log(floating(x)) * (1 / math.log(10))

@@ -1,0 +1,74 @@
+"""Scans in log2(n) steps: cummax, cummin, logcumsumexp."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from turbine.eager.decompositions._common import floating, registers
+
+aten = torch.ops.aten
+
+
+
+def _scan(values: tuple[torch.Tensor, ...], dim: int, combine: Callable) -> tuple[torch.Tensor, ...]:
+    """An inclusive scan along ``dim`` in log2(n) steps (Hillis and Steele): at step k each
+    element combines with the running result 2**k places before it. ``combine(earlier, later)``
+    takes and returns tuples of tensors and must be associative."""
+    size = values[0].shape[dim]
+    offset = 1
+    while offset < size:
+        earlier = tuple(v.narrow(dim, 0, size - offset) for v in values)
+        later = tuple(v.narrow(dim, offset, size - offset) for v in values)
+        combined = combine(earlier, later)
+        values = tuple(torch.cat([v.narrow(dim, 0, offset), c], dim) for v, c in zip(values, combined))
+        offset *= 2
+    return values
+
+
+def _cumulative_extreme(input: torch.Tensor, dim: int, later_wins: Callable) -> tuple[torch.Tensor, torch.Tensor]:
+    """cummax/cummin: the running extreme and where it is; ties and NaNs point at the latest
+    one, and a NaN, once seen, stays (torch's CPU rule)."""
+    if input.dim() == 0:
+        return input.clone(), torch.zeros((), dtype=torch.int64)
+    shape = [1] * input.dim()
+    shape[dim] = input.shape[dim]
+    positions = torch.arange(input.shape[dim]).reshape(shape).expand(input.shape).contiguous()
+
+    def combine(earlier, later):
+        (value_a, index_a), (value_b, index_b) = earlier, later
+        take_later = later_wins(value_b, value_a)
+        if input.dtype.is_floating_point:
+            take_later = torch.isnan(value_b) | (~torch.isnan(value_a) & take_later)
+        return torch.where(take_later, value_b, value_a), torch.where(take_later, index_b, index_a)
+
+    return _scan((input, positions), dim, combine)
+
+
+@registers(aten.cummax.default)
+def cummax(input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _cumulative_extreme(input, dim, lambda later, earlier: later >= earlier)
+
+
+@registers(aten.cummin.default)
+def cummin(input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _cumulative_extreme(input, dim, lambda later, earlier: later <= earlier)
+
+
+def _log_add_exp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """log(exp(a) + exp(b)) without overflow; exact for equal infinities; NaN kept."""
+    larger = torch.where(a > b, a, b)
+    result = larger + torch.log1p(torch.exp(-(a - b).abs()))
+    result = torch.where(a == b, a + math.log(2), result)
+    return torch.where(torch.isnan(a) | torch.isnan(b), a + b, result)
+
+
+@registers(aten.logcumsumexp.default)
+def logcumsumexp(input: torch.Tensor, dim: int) -> torch.Tensor:
+    """A scan of log-add-exp (IREE 3.13's own kernel gave inf for ordinary inputs)."""
+    x = floating(input)
+    if x.dim() == 0:
+        return x.clone()
+    return _scan((x,), dim, lambda earlier, later: (_log_add_exp(earlier[0], later[0]),))[0]
