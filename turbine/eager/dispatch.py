@@ -592,6 +592,13 @@ def _item(func: Any, args: tuple, kwargs: dict) -> Any:
     return to_host(args[0]).item()
 
 
+def _check_errors(func: Any, args: tuple, kwargs: dict) -> None:
+    """linalg's error check (``info`` of a factorization): the host reads info, as torch's CUDA
+    backend does, and torch's CPU op raises torch's own message for a nonzero one."""
+    info, *rest = args
+    func(to_host(info), *rest, **kwargs)
+
+
 def _empty(func: Any, args: tuple, kwargs: dict) -> Any:
     """Uninitialised tensors: a fresh buffer, no kernel."""
     schema = schema_of(func)
@@ -698,6 +705,7 @@ SPECIAL: dict[Any, Callable] = {
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
     aten._local_scalar_dense.default: _item,
+    aten._linalg_check_errors.default: _check_errors,
     aten.index.Tensor: _index,
     aten.index_put.default: _index,
     aten.index_put_.default: _index,
