@@ -171,3 +171,18 @@ def test_bessel_functions(fn, low, high):
     if low >= 0:
         x = x.abs().clamp(low, high)
     check_against_float64(fn, x, atol=1e-6)
+
+
+def test_isclose_equal_and_allclose_run_on_the_device(stats):
+    """equal and allclose compute on the device; the host reads one bool (one small transfer)."""
+    a = _inputs(6, 7)
+    b = a.clone()
+    b[3, 3] += 1e-3
+    check_on_iree(lambda x, y: torch.isclose(x, y, rtol=1e-4, equal_nan=True), a, b)
+    with turbine.fallback("error"):
+        for x, y in [(a, a), (a, b), (a, a[:3])]:
+            assert torch.equal(x.to(D), y.to(D)) == torch.equal(x, y)
+        assert torch.allclose(a.to(D), b.to(D), atol=1e-2, equal_nan=True)
+        assert not torch.allclose(a.to(D), b.to(D), equal_nan=True)
+        assert not torch.allclose(a.to(D), a.to(D))  # NaN is not close to NaN by default
+    assert not stats()["fallbacks"]

@@ -592,6 +592,21 @@ def _item(func: Any, args: tuple, kwargs: dict) -> Any:
     return to_host(args[0]).item()
 
 
+def _equal(func: Any, args: tuple, kwargs: dict) -> bool:
+    """``torch.equal``: same sizes and values (NaN unequal), decided on the device; the host
+    reads one bool, as torch's own CUDA kernel does."""
+    a, b = args
+    if a.shape != b.shape:
+        return False
+    return bool(_item(func, (run(aten.all.default, (run(aten.eq.Tensor, (a, b), {}),), {}),), {}))
+
+
+def _allclose(func: Any, args: tuple, kwargs: dict) -> bool:
+    """``torch.allclose`` as isclose(...).all() on the device; the host reads one bool."""
+    close = run(aten.isclose.default, args, kwargs)
+    return bool(_item(func, (run(aten.all.default, (close,), {}),), {}))
+
+
 def _check_errors(func: Any, args: tuple, kwargs: dict) -> None:
     """linalg's error check (``info`` of a factorization): the host reads info, as torch's CUDA
     backend does, and torch's CPU op raises torch's own message for a nonzero one."""
@@ -706,6 +721,8 @@ SPECIAL: dict[Any, Callable] = {
     aten.copy_.default: _copy_,
     aten._local_scalar_dense.default: _item,
     aten._linalg_check_errors.default: _check_errors,
+    aten.equal.default: _equal,
+    aten.allclose.default: _allclose,
     aten.index.Tensor: _index,
     aten.index_put.default: _index,
     aten.index_put_.default: _index,

@@ -123,3 +123,15 @@ def angle(x: torch.Tensor) -> torch.Tensor:
 @registers(aten.log10.default)
 def log10(x: torch.Tensor) -> torch.Tensor:
     return torch.log(floating(x)) * (1 / math.log(10))
+
+
+@registers(aten.isclose.default)
+def isclose(x: torch.Tensor, other: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False):
+    """|x - other| <= atol + rtol * |other|, exact matches (infinities) included; torch's own
+    decomposition updates a bool tensor in place, which IREE 3.13 rejects."""
+    if not (x.dtype.is_floating_point or other.dtype.is_floating_point):
+        x, other = x.to(torch.float64), other.to(torch.float64)
+    close = (x == other) | ((x - other).abs() <= atol + rtol * other.abs())
+    if equal_nan:
+        close = close | (torch.isnan(x) & torch.isnan(other))
+    return close
