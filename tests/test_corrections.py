@@ -156,3 +156,22 @@ def test_topk_counts_nan_as_largest():
         expected, _ = x.topk(3, 1, largest=largest)
         _same(values, expected)
         _same(x.gather(1, indices.cpu()), expected)  # tied values may come in another order
+
+
+def test_order_statistics_run_on_iree_with_torchs_nan_rules():
+    """median, nanmedian and kthvalue read a NaN-last sort (eager/decompositions/order.py)."""
+    x = torch.randn(5, 9)
+    x[1, 2] = x[3, 1] = x[3, 5] = float("nan")
+    with turbine.fallback("error"):
+        for fn in (
+            lambda t: t.median(1),
+            lambda t: t.nanmedian(1),
+            lambda t: t.kthvalue(3, 1),
+            lambda t: t.kthvalue(2, 0, keepdim=True),
+            lambda t: t.median(),
+            lambda t: t.nanmedian(),
+            lambda t: t[0, 0].median(0),
+        ):
+            actual, expected = fn(x.to(D)), fn(x)
+            for a, e in zip(actual, expected) if isinstance(expected, tuple) else [(actual, expected)]:
+                _same(a, e)

@@ -7,7 +7,6 @@ measured 1.6-3.6 s for export against under 40 ms for this) and imported by IREE
 from __future__ import annotations
 
 import functools
-import math
 from typing import Callable, Sequence
 
 import torch
@@ -105,45 +104,6 @@ def _nan_first(op: torch._ops.OpOverload) -> Callable:
     return corrected
 
 
-def _order_key(input: torch.Tensor) -> torch.Tensor:
-    """Integers that order as torch orders floats: NaN above +inf, -0.0 equal to 0.0.
-
-    IREE 3.13's sort and topk compare floats as they are, so a NaN landed anywhere. Reading the
-    bits as a signed integer orders positive floats already; flipping the other bits of negative
-    ones orders those too.
-    """
-    if not input.dtype.is_floating_point:
-        return input
-    if input.dim() == 0:  # IREE 3.13 cannot reinterpret a 0-d tensor
-        return _order_key(input.reshape(1)).reshape(())
-    canonical = torch.where(input == 0, torch.zeros_like(input), input)
-    canonical = torch.where(torch.isnan(input), torch.full_like(input, math.nan), canonical)
-    width = input.element_size() * 8
-    bits = canonical.view({64: torch.int64, 32: torch.int32}.get(width, torch.int16))
-    # A negative float's bits are lowest + magnitude: its key is -magnitude - 1 (no xor in IREE 3.13).
-    lowest = -(1 << (width - 1))
-    return torch.where(bits < 0, (-bits + lowest) - 1, bits)
-
-
-def _sort(input: torch.Tensor, dim: int = -1, descending: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """``sort`` by the order key; IREE's sort keeps equal keys in order, so it is also stable."""
-    if input.dim() == 0:
-        return input.clone(), torch.zeros((), dtype=torch.int64)
-    _, indices = torch.ops.aten.sort.default(_order_key(input), dim, descending)
-    return torch.gather(input, dim, indices), indices
-
-
-def _sort_stable(input: torch.Tensor, *, stable: bool | None = None, dim: int = -1, descending: bool = False):
-    """``sort.stable``, which IREE 3.13 does not know: the same sort, which is stable anyway."""
-    return _sort(input, dim, descending)
-
-
-def _topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
-    """``topk`` by the order key, so a NaN counts as the largest value, as in torch."""
-    _, indices = torch.ops.aten.topk.default(_order_key(input), k, dim, largest, sorted)
-    return torch.gather(input, dim, indices), indices
-
-
 def _decomposed(op: torch._ops.OpOverload) -> Callable:
     return torch._decomp.decomposition_table[op]
 
@@ -175,9 +135,10 @@ CORRECTIONS = {
     _aten.adaptive_max_pool2d.default: decompositions_module.adaptive_max_pool_nd,
     _aten.adaptive_max_pool3d.default: decompositions_module.adaptive_max_pool_nd,
     _aten.logcumsumexp.default: decompositions_module.logcumsumexp,  # IREE's gave inf
-    _aten.sort.default: _sort,
-    _aten.sort.stable: _sort_stable,
-    _aten.topk.default: _topk,
+    # IREE's sort and topk placed NaNs anywhere; these order by an integer key, as torch does.
+    _aten.sort.default: decompositions_module.order.sort,
+    _aten.sort.stable: decompositions_module.order.sort_stable,
+    _aten.topk.default: decompositions_module.order.topk,
 }
 
 def _convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

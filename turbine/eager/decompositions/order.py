@@ -1,0 +1,113 @@
+"""Order statistics by sorting: sort and topk with torch's NaN order, median, nanmedian,
+kthvalue.
+
+IREE 3.13's sort and topk compare floats as they are, so a NaN landed anywhere; torch puts
+NaN above +inf. Sorting an integer key that orders like torch's floats fixes both, and the
+statistics read the sorted values at their ranks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from turbine.eager.decompositions._common import registers
+
+aten = torch.ops.aten
+
+
+def order_key(input: torch.Tensor) -> torch.Tensor:
+    """Integers that order as torch orders floats: NaN above +inf, -0.0 equal to 0.0.
+
+    IREE 3.13's sort and topk compare floats as they are, so a NaN landed anywhere. Reading the
+    bits as a signed integer orders positive floats already; flipping the other bits of negative
+    ones orders those too.
+    """
+    if not input.dtype.is_floating_point:
+        return input
+    if input.dim() == 0:  # IREE 3.13 cannot reinterpret a 0-d tensor
+        return order_key(input.reshape(1)).reshape(())
+    canonical = torch.where(input == 0, torch.zeros_like(input), input)
+    canonical = torch.where(torch.isnan(input), torch.full_like(input, math.nan), canonical)
+    width = input.element_size() * 8
+    bits = canonical.view({64: torch.int64, 32: torch.int32}.get(width, torch.int16))
+    # A negative float's bits are lowest + magnitude: its key is -magnitude - 1 (no xor in IREE 3.13).
+    lowest = -(1 << (width - 1))
+    return torch.where(bits < 0, (-bits + lowest) - 1, bits)
+
+
+def sort(input: torch.Tensor, dim: int = -1, descending: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sort`` by the order key; IREE's sort keeps equal keys in order, so it is also stable."""
+    if input.dim() == 0:
+        return input.clone(), torch.zeros((), dtype=torch.int64)
+    _, indices = torch.ops.aten.sort.default(order_key(input), dim, descending)
+    return torch.gather(input, dim, indices), indices
+
+
+def sort_stable(input: torch.Tensor, *, stable: bool | None = None, dim: int = -1, descending: bool = False):
+    """``sort.stable``, which IREE 3.13 does not know: the same sort, which is stable anyway."""
+    return sort(input, dim, descending)
+
+
+def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    """``topk`` by the order key, so a NaN counts as the largest value, as in torch."""
+    _, indices = torch.ops.aten.topk.default(order_key(input), k, dim, largest, sorted)
+    return torch.gather(input, dim, indices), indices
+
+
+def _ranked(input: torch.Tensor, dim: int, rank: torch.Tensor | int, keepdim: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The value of the given rank (0-based, in torch's order, NaN last) along dim, and its index."""
+    if input.dim() == 0:
+        return input.clone(), torch.zeros((), dtype=torch.int64)
+    values, indices = sort(input, dim)
+    if isinstance(rank, int):
+        value, index = values.narrow(dim, rank, 1), indices.narrow(dim, rank, 1)
+    else:
+        value, index = torch.gather(values, dim, rank), torch.gather(indices, dim, rank)
+    return (value, index) if keepdim else (value.squeeze(dim), index.squeeze(dim))
+
+
+def _valid(input: torch.Tensor, dim: int) -> torch.Tensor:
+    """How many non-NaN values each slice along dim holds (kept as a size-1 dim)."""
+    if not input.dtype.is_floating_point:
+        return torch.full_like(input.narrow(dim, 0, 1), input.shape[dim], dtype=torch.int64)
+    return (~torch.isnan(input)).sum(dim, keepdim=True)
+
+
+@registers(aten.kthvalue.default)
+def kthvalue(input: torch.Tensor, k: int, dim: int = -1, keepdim: bool = False):
+    return _ranked(input, dim, k - 1, keepdim)
+
+
+@registers(aten.median.dim)
+def median_dim(input: torch.Tensor, dim: int, keepdim: bool = False):
+    """The lower median; a slice with a NaN gives its first NaN (NaNs sort last, stably)."""
+    if input.dim() == 0:
+        return _ranked(input, dim, 0, keepdim)
+    valid = _valid(input, dim)
+    rank = torch.where(valid < input.shape[dim], valid, (input.shape[dim] - 1) // 2)
+    return _ranked(input, dim, rank, keepdim)
+
+
+@registers(aten.nanmedian.dim)
+def nanmedian_dim(input: torch.Tensor, dim: int, keepdim: bool = False):
+    """The lower median of the non-NaN values (the first NaN where there are none)."""
+    if input.dim() == 0:
+        return _ranked(input, dim, 0, keepdim)
+    rank = torch.clamp(torch.div(_valid(input, dim) - 1, 2, rounding_mode="floor"), min=0)
+    return _ranked(input, dim, rank, keepdim)
+
+
+@registers(aten.median.default)
+def median(input: torch.Tensor) -> torch.Tensor:
+    if input.numel() == 0:
+        return torch.full((), math.nan, dtype=input.dtype)
+    return median_dim(input.reshape(-1), 0)[0]
+
+
+@registers(aten.nanmedian.default)
+def nanmedian(input: torch.Tensor) -> torch.Tensor:
+    if input.numel() == 0:
+        return torch.full((), math.nan, dtype=input.dtype)
+    return nanmedian_dim(input.reshape(-1), 0)[0]
