@@ -186,3 +186,25 @@ def test_isclose_equal_and_allclose_run_on_the_device(stats):
         assert not torch.allclose(a.to(D), b.to(D), equal_nan=True)
         assert not torch.allclose(a.to(D), a.to(D))  # NaN is not close to NaN by default
     assert not stats()["fallbacks"]
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.0, math.inf])
+def test_cdist_and_pdist(p):
+    a, b = torch.randn(2, 5, 3), torch.randn(2, 7, 3)
+    if p == 0:
+        a, b = a.round(), b.round()  # equal coordinates, so the count is not always 3
+    check_on_iree(lambda x, y: torch.cdist(x, y, p), a, b)
+    check_on_iree(lambda x: torch.nn.functional.pdist(x, p), a[0])
+
+
+def test_cdist_takes_torchs_matrix_product_form_for_large_inputs():
+    check_on_iree(torch.cdist, torch.randn(30, 3), torch.randn(27, 3))  # > 25 rows: the mm form
+    check_on_iree(lambda x, y: torch.cdist(x, y, compute_mode="use_mm_for_euclid_dist"), torch.randn(4, 3), torch.randn(5, 3))
+
+
+def test_histc():
+    x = torch.randn(1000)
+    x[:3] = torch.tensor([math.nan, 2.0, -2.0])  # NaN not counted; the top edge in the last bin
+    check_on_iree(lambda t: torch.histc(t, 10, -2, 2), x)
+    check_on_iree(lambda t: torch.histc(t, 7), x[3:])  # the data's own range
+    check_on_iree(lambda t: torch.histc(t, 3), torch.ones(5))  # a point range, widened
