@@ -208,3 +208,23 @@ def test_histc():
     check_on_iree(lambda t: torch.histc(t, 10, -2, 2), x)
     check_on_iree(lambda t: torch.histc(t, 7), x[3:])  # the data's own range
     check_on_iree(lambda t: torch.histc(t, 3), torch.ones(5))  # a point range, widened
+
+
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter", "ignore:index_reduce")
+def test_scatters_written_with_scatter_reduce_and_index_put():
+    x = torch.randn(10, 5)
+    index, src = torch.randint(0, 10, (5, 5)), torch.randn(5, 5)
+    narrow_index = torch.randint(0, 5, (10, 2))
+    check_on_iree(lambda s, i, r: s.scatter_add(0, i, r), x, index, src)
+    check_on_iree(lambda s, i, r: s.scatter_add(-1, i, r), x, narrow_index, torch.randn(10, 5))
+    check_on_iree(lambda s, i, r: s.scatter(0, i, r, reduce="multiply"), x, index, src)
+    check_on_iree(lambda s, i: s.scatter(0, i, 2.5, reduce="add"), x, index)
+    for reduce in ("amax", "amin", "prod", "mean"):
+        check_on_iree(lambda s, i, r: s.index_reduce(0, i, r, reduce), x, torch.tensor([0, 2, 2, 7]), torch.randn(4, 5))
+    check_on_iree(lambda s, i, r: s.index_reduce(1, i, r, "mean", include_self=False), x, torch.tensor([0, 2, 2]), torch.randn(10, 3))
+    check_on_iree(lambda s, i, r: s.put(i, r), x, torch.tensor([0, -1, 13]), torch.randn(3))
+    check_on_iree(lambda s, i, r: s.put(i, r, accumulate=True), x, torch.tensor([0, -1, 0]), torch.randn(3))
+    check_on_iree(lambda s, m, r: s.masked_scatter(m, r), x, torch.rand(5) > 0.5, torch.randn(50))
+    check_on_iree(lambda s, r: torch.diagonal_scatter(s, r, -2), x, torch.randn(5))
+    check_on_iree(lambda s, r: torch.diagonal_scatter(s, r, 1, 2, 0), torch.randn(3, 4, 5), torch.randn(4, 2))
+    check_on_iree(lambda s, r: torch.as_strided_scatter(s, r, (2, 3), (5, 2), 1), x, torch.randn(2, 3))
