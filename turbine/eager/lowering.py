@@ -135,6 +135,8 @@ CORRECTIONS = {
     _aten.adaptive_max_pool2d.default: decompositions_module.adaptive_max_pool_nd,
     _aten.adaptive_max_pool3d.default: decompositions_module.adaptive_max_pool_nd,
     _aten.logcumsumexp.default: decompositions_module.logcumsumexp,  # IREE's gave inf
+    _aten.tan.default: decompositions_module.trigonometric.tan,  # 3% off near pi/2
+    _aten.gelu.default: decompositions_module.trigonometric.gelu,  # the tanh form 5e-5 off
     # IREE's sort and topk placed NaNs anywhere; these order by an integer key, as torch does.
     _aten.sort.default: decompositions_module.order.sort,
     _aten.sort.stable: decompositions_module.order.sort_stable,
