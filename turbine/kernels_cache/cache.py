@@ -197,22 +197,31 @@ class KernelCache:
 
 
 def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> bytes:
-    """The module of the first lowering that compiles; else the first lowering's error."""
-    first_error = None
+    """The module of the first lowering that compiles; else the first lowering's error, with the
+    first line of each other lowering's error after it (a decomposition's own failure, say)."""
+    errors: list[CompileError] = []
     for lower in lowerings:
         try:
             text = lower()
         except CompileError as error:
-            first_error = first_error or error
+            errors.append(error)
             continue
         except Exception as error:  # tracing failed (a data-dependent shape inside a decomposition, say)
-            first_error = first_error or CompileError(f"turbine could not lower it: {type(error).__name__}: {error}")
+            errors.append(CompileError(f"turbine could not lower it: {type(error).__name__}: {error}"))
             continue
         try:
             return compile_mlir(text, target)
         except CompileError as error:
-            first_error = first_error or error
-    raise first_error
+            errors.append(error)
+    first, *others = errors
+    if not others:
+        raise first
+    lines = "\n".join(f"alternative {i}: {_first_line(str(e))}" for i, e in enumerate(others, 2))
+    raise CompileError(f"{first}\n{lines}", first.diagnostics)
+
+
+def _first_line(message: str) -> str:
+    return next((line for line in message.splitlines() if line.strip()), message)[:300]
 
 
 def default_store() -> DiskStore | None:

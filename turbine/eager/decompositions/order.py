@@ -4,6 +4,9 @@ kthvalue.
 IREE 3.13's sort and topk compare floats as they are, so a NaN landed anywhere; torch puts
 NaN above +inf. Sorting an integer key that orders like torch's floats fixes both, and the
 statistics read the sorted values at their ranks.
+
+On CUDA, IREE 3.13 fails to bufferize such a sort along a long dim (45 failed, 9 did), so
+those go to the fallback policy: torch's CUDA sort over the same memory.
 """
 
 from __future__ import annotations
