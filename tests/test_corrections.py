@@ -187,3 +187,12 @@ def test_tan_and_tanh_gelu_are_precise():
     check(torch.tan, x, rtol=2e-6, atol=0)
     check(lambda t: torch.nn.functional.gelu(t, approximate="tanh"), x, rtol=0, atol=1e-6)
     check(torch.nn.functional.gelu, x, rtol=0, atol=2e-6)
+
+
+def test_tanh_gelu_gradient():
+    x = torch.linspace(-6, 6, 2001)
+    grad = torch.randn(2001)
+    for approximate in ("tanh", "none"):
+        expected = torch.ops.aten.gelu_backward(grad, x, approximate=approximate)
+        actual = torch.ops.aten.gelu_backward(grad.to(D), x.to(D), approximate=approximate)
+        torch.testing.assert_close(actual.cpu(), expected, rtol=0, atol=2e-5)

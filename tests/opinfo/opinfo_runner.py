@@ -27,7 +27,7 @@ import torch
 from torch.testing._internal.common_device_type import toleranceOverride
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.opinfo.core import DecorateInfo, OpInfo, SampleInput
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 import turbine
 from opinfo_skips import skip_reason
@@ -199,8 +199,31 @@ def _forward_sample(
     executors = _executors_since(before)
     if op.name in _TIES:
         actual, expected = _values_of_ties(op.name, sample, actual, expected)
-    _compare(actual, expected, _tolerance(op, dtype), exact, "result")
+    tolerance = _tolerance(op, dtype)
+    try:
+        _compare(actual, expected, tolerance, exact, "result")
+    except AssertionError:
+        if not _closer_to_float64(function, sample, dtype, actual, tolerance, exact, inplace):
+            raise
     return executors
+
+
+def _closer_to_float64(
+    function: Callable, sample: SampleInput, dtype: torch.dtype, actual: Any, tolerance: dict, exact: bool, inplace: bool
+) -> bool:
+    """Whether a float32 result that missed torch's float32 one matches torch's float64 result
+    (rounded to float32) instead: some of torch's float32 CPU kernels are less precise than
+    turbine's (polygamma of negative arguments is 2e-5 off; turbine's is 1e-7)."""
+    if dtype != torch.float32 or not exact or inplace:
+        return False
+    wide = sample.transform(lambda t: t.double() if isinstance(t, torch.Tensor) and t.dtype == dtype else t)
+    try:
+        reference = _on_cpu(function, wide, inplace=False, seed=0)
+        narrow = tree_map(lambda t: t.float() if isinstance(t, torch.Tensor) and t.dtype == torch.float64 else t, reference)
+        _compare(actual, narrow, tolerance, exact, "result")
+    except Exception:
+        return False
+    return True
 
 
 #: Ops that return the indices of equal values in an order torch leaves open (its CPU and CUDA

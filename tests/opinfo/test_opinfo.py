@@ -48,6 +48,28 @@ def test_a_wrong_result_fails_its_case(monkeypatch):
     assert result.status == "fail" and "not close" in result.detail
 
 
+def test_a_result_closer_to_torchs_float64_than_its_float32_passes(monkeypatch):
+    """Where torch's float32 CPU kernel is the imprecise one, turbine's result is compared with
+    torch's float64 result too; a result that matches neither still fails."""
+    op = ENTRIES["sin"]
+
+    def imprecise_in_float32(x, *args, **kwargs):
+        result = torch.sin(x, *args, **kwargs)
+        return result * (1 + 1e-3) if result.device.type == "cpu" and result.dtype == torch.float32 else result
+
+    monkeypatch.setattr(opinfo_runner, "_variant", lambda op, variant: imprecise_in_float32)
+    result = opinfo_runner.run_case(op, "function", "float32", "forward", DEVICE, 2)
+    assert result.status == "pass", result.detail
+
+    def wrong_everywhere(x, *args, **kwargs):
+        result = imprecise_in_float32(x, *args, **kwargs)
+        return result + 1 if result.device.type == "turbine" else result
+
+    monkeypatch.setattr(opinfo_runner, "_variant", lambda op, variant: wrong_everywhere)
+    result = opinfo_runner.run_case(op, "function", "float32", "forward", DEVICE, 2)
+    assert result.status == "fail" and "not close" in result.detail
+
+
 def test_a_result_left_on_the_cpu_fails_its_case(monkeypatch):
     op = ENTRIES["sin"]
     monkeypatch.setattr(opinfo_runner, "_variant", lambda op, variant: lambda x: torch.sin(x).cpu())

@@ -487,6 +487,16 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
 
     result_shapes = [tuple(m.shape) for m in metas if m is not None]
 
+    def checked(*values: torch.Tensor) -> list[torch.Tensor]:
+        """traced, refusing results whose shapes are not the meta call's: torch's shape rule and
+        its kernel disagree for some ops (native_batch_norm in eval mode: [C] against [0]), and
+        then only the fallback gives torch's results."""
+        outs = traced(*values)
+        shapes = [tuple(o.shape) for o in outs]
+        if shapes != result_shapes:
+            raise CompileError(f"the lowering gives results of shapes {shapes}, torch's shape rule {result_shapes}")
+        return outs
+
     def traced_as_1d(*values: torch.Tensor) -> list[torch.Tensor]:
         """0-d tensor inputs as 1-element 1-d ones: IREE 3.13 cannot lower some reductions of 0-d
         tensors (amax, argmax, max.dim), and with dim 0 or -1 the op means the same on both."""
@@ -496,8 +506,8 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
     # The op as it is first; then torch's decompositions of it, where torch has some; then, for
     # 0-d inputs, the op on 1-d ones.
     lowerings = [
-        lambda: lowering.lower(traced, inputs),
-        lambda: lowering.lower(traced, inputs, decompose=True) if func in lowering.decompositions() else _no_lowering(),
+        lambda: lowering.lower(checked, inputs),
+        lambda: lowering.lower(checked, inputs, decompose=True) if func in lowering.decompositions() else _no_lowering(),
     ]
     if any(t.dim() == 0 for t in leaves.tensors):
         lowerings.append(lambda: lowering.lower(traced_as_1d, inputs))

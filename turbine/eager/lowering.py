@@ -137,6 +137,7 @@ CORRECTIONS = {
     _aten.logcumsumexp.default: decompositions_module.logcumsumexp,  # IREE's gave inf
     _aten.tan.default: decompositions_module.trigonometric.tan,  # 3% off near pi/2
     _aten.gelu.default: decompositions_module.trigonometric.gelu,  # the tanh form 5e-5 off
+    _aten.gelu_backward.default: _decomposed(_aten.gelu_backward.default),  # so was its gradient
     # IREE's sort and topk placed NaNs anywhere; these order by an integer key, as torch does.
     _aten.sort.default: decompositions_module.order.sort,
     _aten.sort.stable: decompositions_module.order.sort_stable,

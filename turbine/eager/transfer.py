@@ -30,4 +30,6 @@ def to_host(tensor: DeviceTensor) -> torch.Tensor:
     source = dense(tensor)
     nbytes = source.numel() * source.element_size()
     raw = torch.from_numpy(download(source._storage.buffer, nbytes))
+    if nbytes and raw.stride(0) != 1:  # a buffer IREE filled with one repeated byte can map as stride 0
+        raw = raw.contiguous()
     return raw.view(tensor.dtype).reshape(tensor.shape) if nbytes else torch.empty(tensor.shape, dtype=tensor.dtype)
