@@ -34,3 +34,12 @@ def as_float64(x: torch.Tensor) -> torch.Tensor:
 def result_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype torch gives a unary float op's result: x's, or the default float for integers."""
     return x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+
+
+def in_float64(function: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A unary op evaluated by ``function`` in float64, its result in torch's result dtype."""
+
+    def op(x: torch.Tensor) -> torch.Tensor:
+        return function(as_float64(x)).to(result_dtype(x))
+
+    return op

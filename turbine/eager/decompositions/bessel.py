@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
-from turbine.eager.decompositions._common import as_float64, registers, result_dtype
+from turbine.eager.decompositions._common import as_float64, in_float64, registers, result_dtype
 from turbine.eager.decompositions.gamma import sin_pi
 
 aten = torch.ops.aten
@@ -61,26 +62,6 @@ def _bessel_i(x: torch.Tensor, order: int) -> torch.Tensor:
     return torch.where(x.abs() < _BESSEL_SWITCH, series, large)
 
 
-@registers(aten.i0.default, aten.special_modified_bessel_i0.default)
-def i0(x: torch.Tensor) -> torch.Tensor:
-    return _bessel_i(as_float64(x), 0).to(result_dtype(x))
-
-
-@registers(aten.special_i0e.default)
-def i0e(x: torch.Tensor) -> torch.Tensor:
-    return _bessel_i_scaled(as_float64(x), 0).to(result_dtype(x))
-
-
-@registers(aten.special_i1.default, aten.special_modified_bessel_i1.default)
-def i1(x: torch.Tensor) -> torch.Tensor:
-    return _bessel_i(as_float64(x), 1).to(result_dtype(x))
-
-
-@registers(aten.special_i1e.default)
-def i1e(x: torch.Tensor) -> torch.Tensor:
-    return _bessel_i_scaled(as_float64(x), 1).to(result_dtype(x))
-
-
 # float64: power series below a switch point, Hankel's asymptotic expansions above it (where
 # their smallest term, about e^(-2x), is below float32 precision). Sines and cosines come
 # from sin_pi, which is float64.
@@ -133,6 +114,28 @@ def _j_series(x: torch.Tensor, order: int) -> torch.Tensor:
     return total
 
 
+def _harmonic_series(z: torch.Tensor) -> torch.Tensor:
+    """sum_k>=1 H_k z^k / (k!)², H_k the harmonic numbers: the log-free part of Y0 (z = -x²/4)
+    and K0 (z = x²/4)."""
+    total, term, harmonic = torch.zeros_like(z), torch.ones_like(z), 0.0
+    for k in range(1, _SMALL_SERIES_TERMS):
+        term = term * z / (k * k)
+        harmonic += 1 / k
+        total = total + harmonic * term
+    return total
+
+
+def _digamma_pair_series(z: torch.Tensor) -> torch.Tensor:
+    """sum_k>=0 (psi(k+1) + psi(k+2)) z^k / (k! (k+1)!): the log-free part of Y1 and K1."""
+    total, term = torch.zeros_like(z), torch.ones_like(z)
+    psi_k1, psi_k2 = -_EULER_GAMMA, 1 - _EULER_GAMMA  # psi(1), psi(2)
+    for k in range(_SMALL_SERIES_TERMS):
+        total = total + (psi_k1 + psi_k2) * term
+        term = term * z / ((k + 1) * (k + 2))
+        psi_k1, psi_k2 = psi_k2, psi_k2 + 1 / (k + 2)
+    return total
+
+
 def _y_series(x: torch.Tensor, order: int) -> torch.Tensor:
     """Y_0 and Y_1 for 0 < x < 12 from their series with harmonic numbers H_k:
     Y0 = (2/pi) ((ln(x/2) + gamma) J0 + sum_k>=1 (-1)^(k+1) H_k (x²/4)^k / (k!)²),
@@ -141,19 +144,8 @@ def _y_series(x: torch.Tensor, order: int) -> torch.Tensor:
     quarter = x * x / 4
     log_half = torch.log(x / 2)
     if order == 0:
-        total, term, harmonic = torch.zeros_like(x), torch.ones_like(x), 0.0
-        for k in range(1, _SMALL_SERIES_TERMS):
-            term = -term * quarter / (k * k)
-            harmonic += 1 / k
-            total = total - harmonic * term
-        return 2 / math.pi * ((log_half + _EULER_GAMMA) * _j_series(x, 0) + total)
-    total, term = torch.zeros_like(x), x / 2
-    psi_k1, psi_k2 = -_EULER_GAMMA, 1 - _EULER_GAMMA  # psi(1), psi(2)
-    for k in range(_SMALL_SERIES_TERMS):
-        total = total + (psi_k1 + psi_k2) * term
-        term = -term * quarter / ((k + 1) * (k + 2))
-        psi_k1, psi_k2 = psi_k2, psi_k2 + 1 / (k + 2)
-    return 2 / math.pi * (log_half * _j_series(x, 1) - 1 / x) - total / math.pi
+        return 2 / math.pi * ((log_half + _EULER_GAMMA) * _j_series(x, 0) - _harmonic_series(-quarter))
+    return 2 / math.pi * (log_half * _j_series(x, 1) - 1 / x) - x / 2 * _digamma_pair_series(-quarter) / math.pi
 
 
 def _bessel_j(x: torch.Tensor, order: int) -> torch.Tensor:
@@ -170,26 +162,6 @@ def _bessel_y(x: torch.Tensor, order: int) -> torch.Tensor:
     result = torch.where(x < _HANKEL_SWITCH, _y_series(x, order), large)
     result = torch.where(x == 0, torch.full_like(x, -math.inf), result)
     return torch.where((x < 0) | torch.isnan(x) | torch.isinf(x), torch.full_like(x, math.nan), result)
-
-
-@registers(aten.special_bessel_j0.default)
-def bessel_j0(x: torch.Tensor) -> torch.Tensor:
-    return _bessel_j(as_float64(x), 0).to(result_dtype(x))
-
-
-@registers(aten.special_bessel_j1.default)
-def bessel_j1(x: torch.Tensor) -> torch.Tensor:
-    return _bessel_j(as_float64(x), 1).to(result_dtype(x))
-
-
-@registers(aten.special_bessel_y0.default)
-def bessel_y0(x: torch.Tensor) -> torch.Tensor:
-    return _bessel_y(as_float64(x), 0).to(result_dtype(x))
-
-
-@registers(aten.special_bessel_y1.default)
-def bessel_y1(x: torch.Tensor) -> torch.Tensor:
-    return _bessel_y(as_float64(x), 1).to(result_dtype(x))
 
 
 @registers(aten.special_spherical_bessel_j0.default)
@@ -213,20 +185,9 @@ def _k_scaled(x: torch.Tensor, order: int) -> torch.Tensor:
     quarter = small * small / 4
     log_half = torch.log(small / 2)
     if order == 0:
-        total, term, harmonic = torch.zeros_like(small), torch.ones_like(small), 0.0
-        for k in range(1, _SMALL_SERIES_TERMS):
-            term = term * quarter / (k * k)
-            harmonic += 1 / k
-            total = total + harmonic * term
-        series = -(log_half + _EULER_GAMMA) * _bessel_i_series(small, 0) + total
+        series = -(log_half + _EULER_GAMMA) * _bessel_i_series(small, 0) + _harmonic_series(quarter)
     else:
-        total, term = torch.zeros_like(small), torch.ones_like(small)
-        psi_k1, psi_k2 = -_EULER_GAMMA, 1 - _EULER_GAMMA
-        for k in range(_SMALL_SERIES_TERMS):
-            total = total + (psi_k1 + psi_k2) * term
-            term = term * quarter / ((k + 1) * (k + 2))
-            psi_k1, psi_k2 = psi_k2, psi_k2 + 1 / (k + 2)
-        series = 1 / small + log_half * _bessel_i_series(small, 1) - small / 4 * total
+        series = 1 / small + log_half * _bessel_i_series(small, 1) - small / 4 * _digamma_pair_series(quarter)
     series = series * torch.exp(small)
     large = torch.where(x >= _K_SWITCH, x, torch.full_like(x, _K_SWITCH))
     expansion, power = torch.zeros_like(x), torch.ones_like(x)
@@ -244,21 +205,22 @@ def _k(x: torch.Tensor, order: int) -> torch.Tensor:
     return torch.where(x == 0, torch.full_like(x, math.inf), torch.where(x == math.inf, torch.zeros_like(x), result))
 
 
-@registers(aten.special_modified_bessel_k0.default)
-def modified_bessel_k0(x: torch.Tensor) -> torch.Tensor:
-    return _k(as_float64(x), 0).to(result_dtype(x))
-
-
-@registers(aten.special_modified_bessel_k1.default)
-def modified_bessel_k1(x: torch.Tensor) -> torch.Tensor:
-    return _k(as_float64(x), 1).to(result_dtype(x))
-
-
-@registers(aten.special_scaled_modified_bessel_k0.default)
-def scaled_modified_bessel_k0(x: torch.Tensor) -> torch.Tensor:
-    return _k_scaled(as_float64(x), 0).to(result_dtype(x))
-
-
-@registers(aten.special_scaled_modified_bessel_k1.default)
-def scaled_modified_bessel_k1(x: torch.Tensor) -> torch.Tensor:
-    return _k_scaled(as_float64(x), 1).to(result_dtype(x))
+#: Each op with its float64 function and order.
+_REGISTERED = {
+    aten.i0.default: (_bessel_i, 0),
+    aten.special_modified_bessel_i0.default: (_bessel_i, 0),
+    aten.special_i0e.default: (_bessel_i_scaled, 0),
+    aten.special_i1.default: (_bessel_i, 1),
+    aten.special_modified_bessel_i1.default: (_bessel_i, 1),
+    aten.special_i1e.default: (_bessel_i_scaled, 1),
+    aten.special_bessel_j0.default: (_bessel_j, 0),
+    aten.special_bessel_j1.default: (_bessel_j, 1),
+    aten.special_bessel_y0.default: (_bessel_y, 0),
+    aten.special_bessel_y1.default: (_bessel_y, 1),
+    aten.special_modified_bessel_k0.default: (_k, 0),
+    aten.special_modified_bessel_k1.default: (_k, 1),
+    aten.special_scaled_modified_bessel_k0.default: (_k_scaled, 0),
+    aten.special_scaled_modified_bessel_k1.default: (_k_scaled, 1),
+}
+for _op, (_function, _order) in _REGISTERED.items():
+    registers(_op)(in_float64(functools.partial(_function, order=_order)))
