@@ -104,12 +104,12 @@ BACKWARD_CALLS = {
 @pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
 @pytest.mark.parametrize("call", sorted(BACKWARD_CALLS))
 def test_an_error_inside_backward_reaches_the_caller(call):
-    """erfinv's gradient needs erfinv again, which IREE cannot run: under the "error" fallback
-    policy that op fails inside backward. The error must come out of the backward call (torch's
-    Python device guard would otherwise end the process), and the process must carry on."""
-    x = (torch.rand(5) - 0.5).to("turbine:cpu").requires_grad_()
-    loss = x.erfinv().sum()
-    with turbine.fallback("error"), pytest.raises(turbine.UnsupportedOpError, match="erfinv"):
+    """matrix_exp's gradient needs matrix_exp again, which IREE cannot run: under the "error"
+    fallback policy that op fails inside backward. The error must come out of the backward call
+    (torch's Python device guard would otherwise end the process), and the process must carry on."""
+    x = (torch.rand(3, 3) - 0.5).to("turbine:cpu").requires_grad_()
+    loss = torch.linalg.matrix_exp(x).sum()
+    with turbine.fallback("error"), pytest.raises(turbine.UnsupportedOpError, match="matrix_exp"):
         BACKWARD_CALLS[call](loss, x)
     y = torch.randn(4, device="turbine:cpu", requires_grad=True)
     (y * y).sum().backward()

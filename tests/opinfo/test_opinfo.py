@@ -2,7 +2,7 @@
 
 The full run is ``python -m turbine coverage`` (see the README); CI runs these entries, chosen to
 cover each kind of op (elementwise, reductions, several outputs, lists, matmuls, nn functions,
-views, indexing, a fallback op, a random op), and requires every applicable case of each to pass.
+views, indexing, a fallback op (airy_ai), a random op, decompositions), and requires every applicable case of each to pass.
 Complex results are tested in tests/test_creation.py (their gradients fail: see the report).
 """
 
@@ -18,7 +18,8 @@ CI_ENTRIES = [
     "cat", "stack", "mm", "bmm", "addmm", "matmul", "nn.functional.linear", "nn.functional.conv2d",
     "softmax", "nn.functional.relu", "nn.functional.silu", "native_layer_norm",
     "nn.functional.cross_entropy", "transpose", "permute", "reshape", "squeeze", "index_select", "gather",
-    "erfinv", "nn.functional.dropout2d", "nn.functional.embedding",
+    "erfinv", "nn.functional.dropout2d", "nn.functional.embedding", "special.airy_ai", "linalg.solve",
+    "cummax", "median",
 ]
 
 ENTRIES = opinfo_runner.entries()
