@@ -215,6 +215,9 @@ def test_cli_info_list_clear(tmp_path):
     assert info.returncode == 0 and "kernels" in info.stdout and str(tmp_path) in info.stdout
     listing = cli("cache", "list", "--dir", str(tmp_path), "--op", "aten.mm")
     assert "aten.mm" in listing.stdout and "aten.tanh" not in listing.stdout
+    refused = cli("cache", "clear", "--dir", str(tmp_path), "--op", "aten.mm")  # --op is list's alone
+    assert refused.returncode == 2 and "--op filters" in refused.stderr
+    assert list(DiskStore(tmp_path, 2**30).entries())
     cleared = cli("cache", "clear", "--dir", str(tmp_path))
     assert cleared.returncode == 0 and "removed" in cleared.stdout
     assert not list(DiskStore(tmp_path, 2**30).entries())

@@ -97,3 +97,17 @@ def test_matrices_above_the_unrolled_size_go_to_the_fallback(stats):
     a = torch.randn(MAX_UNROLLED + 1, MAX_UNROLLED + 1)
     torch.testing.assert_close(torch.linalg.det(a.to(D)).cpu(), torch.linalg.det(a), rtol=1e-3, atol=1e-3)
     assert stats()["fallbacks"]["aten._linalg_det.default"] == 1
+
+
+@pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
+@pytest.mark.parametrize("transposed", [False, True], ids=["contiguous", "transposed"])
+def test_determinant_gradients(batch, transposed):
+    """torch's det backward reads the LU factors of A^T for a contiguous A and of A otherwise;
+    turbine's kernel gives the former, and sends the other layout to the fallback."""
+    grad = torch.randn(3)
+    for fn in (torch.linalg.det, lambda a: torch.linalg.slogdet(a).logabsdet):
+        x = batch.clone().requires_grad_()
+        expected = torch.autograd.grad(fn(x.mT if transposed else x), x, grad)[0]
+        xd = batch.to(D).requires_grad_()
+        actual = torch.autograd.grad(fn(xd.mT if transposed else xd), xd, grad.to(D))[0]
+        torch.testing.assert_close(actual.cpu(), expected, **TOLERANCE)

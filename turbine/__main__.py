@@ -96,6 +96,9 @@ def cache(args: argparse.Namespace) -> int:
             if not args.op or args.op in failure.get("op", ""):
                 print(f"{'failed':>8}  {'':>9}  {'':>9}  {failure.get('op', '?')}: {failure.get('error', '').splitlines()[0][:120]}")
     else:
+        if args.op:  # refuse rather than clear everything the user meant to keep
+            print("turbine: --op filters `cache list`; `cache clear` removes all entries, or the failed ones with --failed", file=sys.stderr)
+            return 2
         count = store.clear(failed_only=args.failed)
         print(f"removed {count} {'failed signatures' if args.failed else 'entries'} from {store.root}")
     return 0

@@ -617,6 +617,16 @@ def _allclose(func: Any, args: tuple, kwargs: dict) -> bool:
     return bool(_item(func, (run(aten.all.default, (close,), {}),), {}))
 
 
+def _factoring_the_transpose(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``_linalg_det`` and ``_linalg_slogdet`` return the LU factors of A^T for a contiguous A and
+    of A otherwise, and their backward reads them that way; turbine's kernels factor A^T, so
+    other layouts go to the fallback policy."""
+    if args[0].is_contiguous():
+        return _plan_and_run(func, args, kwargs)
+    reason = UnsupportedOpError(f"{func} of a non-contiguous matrix factors A itself, which turbine's kernel does not")
+    return fallback.run(func, args, kwargs, reason)
+
+
 def _check_errors(func: Any, args: tuple, kwargs: dict) -> None:
     """linalg's error check (``info`` of a factorization): the host reads info, as torch's CUDA
     backend does, and torch's CPU op raises torch's own message for a nonzero one."""
@@ -731,6 +741,8 @@ SPECIAL: dict[Any, Callable] = {
     aten.copy_.default: _copy_,
     aten._local_scalar_dense.default: _item,
     aten._linalg_check_errors.default: _check_errors,
+    aten._linalg_det.default: _factoring_the_transpose,
+    aten._linalg_slogdet.default: _factoring_the_transpose,
     aten.equal.default: _equal,
     aten.allclose.default: _allclose,
     aten.index.Tensor: _index,

@@ -154,7 +154,9 @@ def lu_solve(lu_data: torch.Tensor, pivots: torch.Tensor, b: torch.Tensor, *, le
 
 @registers(aten._linalg_det.default)
 def det(a: torch.Tensor):
-    factors, pivots, _ = _lu(a)
+    """det and the LU factors torch's backward reads: those of A^T, as torch takes for a
+    contiguous A (turbine's dispatch sends other layouts to the fallback)."""
+    factors, pivots, _ = _lu(a.mT)
     swaps = (pivots != torch.arange(1, pivots.shape[-1] + 1, dtype=torch.int32)).sum(-1)
     sign = 1 - 2 * torch.remainder(swaps, 2).to(a.dtype)
     return sign * torch.diagonal(factors, 0, -2, -1).prod(-1), factors, pivots
@@ -162,7 +164,8 @@ def det(a: torch.Tensor):
 
 @registers(aten._linalg_slogdet.default)
 def slogdet(a: torch.Tensor):
-    factors, pivots, _ = _lu(a)
+    """As det: the factors are those of A^T."""
+    factors, pivots, _ = _lu(a.mT)
     swaps = (pivots != torch.arange(1, pivots.shape[-1] + 1, dtype=torch.int32)).sum(-1)
     diagonal = torch.diagonal(factors, 0, -2, -1)
     sign = (1 - 2 * torch.remainder(swaps, 2).to(a.dtype)) * torch.sign(diagonal).prod(-1)
