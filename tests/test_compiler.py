@@ -40,3 +40,11 @@ def test_threads_compile_at_the_same_time_and_each_gets_its_own_kernel():
         thread.join()
     assert sorted(results) == [0, 1, 2, 3]
     assert len(set(results.values())) == 4  # different shapes: different modules
+
+
+def test_a_compile_error_names_every_lowering_that_failed():
+    """The op as it is failed, and so did the second try (here: torch has no decomposition)."""
+    with turbine.fallback("error"), pytest.raises(turbine.UnsupportedOpError) as error:
+        torch.special.airy_ai(torch.rand(3, device="turbine:cpu"))
+    message = str(error.value.__cause__)
+    assert "aten.special_airy_ai.default" in message and "alternative 2: torch has no decomposition" in message
