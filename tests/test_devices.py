@@ -7,6 +7,7 @@ import torch
 
 import turbine
 from turbine.config import default_cpu_workers
+from turbine.device import registry
 from turbine.device.names import parse
 
 
@@ -98,6 +99,37 @@ def test_cpu_worker_count_follows_the_setting(workers):
     result = _run_python(_WORKER_THREADS, TURBINE_CPU_WORKERS=workers)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1] == workers
+
+
+_WAKE_UPS = """
+import resource, torch, turbine
+x = torch.randn(4, 8, device="turbine:cpu")
+y = (x + x)
+y.cpu()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+for _ in range(3000):
+    y = y + x
+y.cpu()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before) / 3000)
+"""
+
+
+@pytest.mark.skipif(os.cpu_count() < 2, reason="a spinning worker needs a core of its own")
+def test_spinning_cpu_worker_needs_no_wake_up_per_small_op():
+    """Asleep between ops, the IREE worker is woken by a system call for each op (a voluntary
+    context switch); spinning, it picks the next op up by itself. Counts, not times: CI is noisy."""
+    spinning = _run_python(_WAKE_UPS, TURBINE_CPU_SPIN_US="100", TURBINE_CPU_WORKERS="1")
+    sleeping = _run_python(_WAKE_UPS, TURBINE_CPU_SPIN_US="0", TURBINE_CPU_WORKERS="1")
+    assert spinning.returncode == 0 and sleeping.returncode == 0, spinning.stderr + sleeping.stderr
+    per_op_spinning, per_op_sleeping = float(spinning.stdout.split()[-1]), float(sleeping.stdout.split()[-1])
+    assert per_op_spinning < per_op_sleeping / 2, (per_op_spinning, per_op_sleeping)
+
+
+def test_runtime_flags_set_worker_spin_unless_the_user_does():
+    with turbine.override(cpu_spin_us=70, runtime_flags=()):
+        assert "--task_worker_spin_us=70" in registry.runtime_flags()
+    with turbine.override(cpu_spin_us=70, runtime_flags=("--task_worker_spin_us=5",)):
+        assert [f for f in registry.runtime_flags() if "spin" in f] == ["--task_worker_spin_us=5"]
 
 
 def test_default_cpu_workers_leave_a_core_for_the_issuing_thread():

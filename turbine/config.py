@@ -70,6 +70,10 @@ class Config:
     #: Worker threads of ``turbine:cpu`` devices (0: IREE's default, one per core). Read once,
     #: when the first CPU device opens.
     cpu_workers: int = dataclasses.field(default_factory=default_cpu_workers)
+    #: How long an idle ``turbine:cpu`` worker spins before it sleeps, in microseconds. A chain of
+    #: small ops leaves the worker idle between them; asleep, it must be woken by a system call for
+    #: each op, which doubles the per-op cost on a loaded 2-core machine (benchmarks/dispatch.py).
+    cpu_spin_us: int = 100
     #: IREE runtime flags (``--task_worker_spin_us=50``, say), applied once before any device opens.
     runtime_flags: tuple[str, ...] = ()
     #: Compiler processes that may compile kernels at the same time (read at the first compile).
@@ -89,6 +93,7 @@ class Config:
             progress=_env_bool("TURBINE_PROGRESS", True),
             fallback=os.environ.get("TURBINE_FALLBACK", "device") or "device",
             cpu_workers=_env_int("TURBINE_CPU_WORKERS", default_cpu_workers(), "worker threads"),
+            cpu_spin_us=_env_int("TURBINE_CPU_SPIN_US", 100, "microseconds"),
             runtime_flags=tuple(os.environ.get("TURBINE_RUNTIME_FLAGS", "").split()),
             compile_jobs=_env_int("TURBINE_COMPILE_JOBS", len(os.sched_getaffinity(0)), "processes"),
         )

@@ -38,10 +38,13 @@ def _driver(name: str) -> rt.HalDriver:
 
 
 def runtime_flags() -> list[str]:
-    """The IREE runtime flags turbine sets: ``config.runtime_flags``, plus the CPU worker count."""
+    """The IREE runtime flags turbine sets: ``config.runtime_flags``, plus the CPU workers' count and
+    spin time where those flags do not set them."""
     flags = list(config.runtime_flags)
     if config.cpu_workers > 0 and not any(f.startswith("--task_topology") for f in flags):
         flags.append(f"--task_topology_group_count={config.cpu_workers}")
+    if not any(f.startswith("--task_worker_spin_us") for f in flags):
+        flags.append(f"--task_worker_spin_us={config.cpu_spin_us}")
     return flags
 
 
@@ -54,7 +57,7 @@ def _apply_runtime_flags() -> None:
         rt.flags.parse_flags(*flags)
     except Exception as error:
         raise ValueError(
-            f"IREE rejected the runtime flags {flags} ({error}); check TURBINE_RUNTIME_FLAGS and TURBINE_CPU_WORKERS."
+            f"IREE rejected the runtime flags {flags} ({error}); check TURBINE_RUNTIME_FLAGS, TURBINE_CPU_WORKERS and TURBINE_CPU_SPIN_US."
         ) from None
     log.info("IREE runtime flags: %s", " ".join(flags))
 

@@ -27,7 +27,7 @@ from turbine.counters import counters
 from turbine.device import Device, upload_scalar
 from turbine.eager import backward_errors, factories, fallback, host, lowering
 from turbine.eager.dtypes import ELEMENT_TYPES, check_kernel_dtype
-from turbine.eager.launch import launch
+from turbine.eager.launch import enqueue, join
 from turbine.eager.schema import OpSchema, functional_variant, schema_of
 from turbine.eager.signature import Leaves, rebuild, walk
 from turbine.eager.tensor import DenseLayout, DeviceTensor, torch_device
@@ -368,18 +368,20 @@ class _KernelPlan:
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         device = self.device
         views = []
-        buffers = []
+        waits = []
         for tensor in leaves.tensors:
             if not tensor._dense:
                 tensor = dense(tensor)
             views.append(tensor.buffer_view())
-            buffers.append(tensor._storage.buffer)
+            ready = tensor._storage.buffer.ready
+            if ready is not None:
+                waits.append(ready)
         if leaves.scalars:
             for value, dtype in zip(leaves.scalars, self.scalar_dtypes):
                 views.append(scalar_view(device, value, dtype))
-        results = iter(launch(self.kernel, device, views, buffers))
-        outs = [None if layout is None else layout.make(*next(results), self.torch_device) for layout in self.outputs]
-        return self.structure(outs)
+        results = iter(enqueue(self.kernel, device, views, join(waits)))
+        torch_device = self.torch_device
+        return self.structure([None if layout is None else layout.make(*next(results), torch_device) for layout in self.outputs])
 
 
 def _scalar_reference(leaves: Leaves) -> torch.Tensor | None:

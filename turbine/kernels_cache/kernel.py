@@ -42,17 +42,25 @@ class Kernel:
         When inputs were copied, that fence also waits for the copies: a kernel that hands an
         input straight back as its result does no work and may signal before the copy lands.
         """
+        if self.tied == ():  # the common case: no input comes back as a result
+            return self._call(inputs, wait, signal), signal
         probing = self.tied is None
         copied = range(len(inputs)) if probing else self.tied
-        ready = signal
-        if copied:
-            inputs = list(inputs)
-            fences = []
-            for index in copied:
-                inputs[index], copy_ready = self._copy(inputs[index], wait)
-                fences.append(copy_ready)
-            wait = rt.HalFence.join(fences)
-            ready = rt.HalFence.join([signal, wait])
+        inputs = list(inputs)
+        fences = []
+        for index in copied:
+            inputs[index], copy_ready = self._copy(inputs[index], wait)
+            fences.append(copy_ready)
+        wait = rt.HalFence.join(fences) if fences else wait
+        ready = rt.HalFence.join([signal, wait]) if fences else signal
+        results = self._call(inputs, wait, signal)
+        if probing:
+            outputs = [results.get_as_object(i, rt.HalBufferView).get_buffer() for i in range(results.size)]
+            self.tied = tuple(i for i, view in enumerate(inputs) if view.get_buffer() in outputs)
+        return results, ready
+
+    def _call(self, inputs: list[rt.HalBufferView], wait: rt.HalFence, signal: rt.HalFence) -> rt.VmVariantList:
+        """One call of ``main$async``: the inputs, then the wait and signal fences."""
         args = rt.VmVariantList(len(inputs) + 2)
         for view in inputs:
             args.push_ref(view)
@@ -60,10 +68,7 @@ class Kernel:
         args.push_ref(signal)
         results = rt.VmVariantList(4)
         self.context.invoke(self.function, args, results)
-        if probing:
-            outputs = [results.get_as_object(i, rt.HalBufferView).get_buffer() for i in range(results.size)]
-            self.tied = tuple(i for i, view in enumerate(inputs) if view.get_buffer() in outputs)
-        return results, ready
+        return results
 
     def _copy(self, view: rt.HalBufferView, wait: rt.HalFence) -> tuple[rt.HalBufferView, rt.HalFence]:
         """A device-side copy of an input enqueued after ``wait``, and the fence it signals."""
