@@ -76,6 +76,9 @@ class Config:
     cpu_spin_us: int = 100
     #: IREE runtime flags (``--task_worker_spin_us=50``, say), applied once before any device opens.
     runtime_flags: tuple[str, ...] = ()
+    #: Let ops whose kernel is compiling return at once, so that the next ops' kernels compile at
+    #: the same time (eager/deferred.py); off, each op waits for its own compile.
+    background_compile: bool = True
     #: Compiler processes that may compile kernels at the same time (read at the first compile).
     compile_jobs: int = dataclasses.field(default_factory=lambda: len(os.sched_getaffinity(0)))
 
@@ -95,6 +98,7 @@ class Config:
             cpu_workers=_env_int("TURBINE_CPU_WORKERS", default_cpu_workers(), "worker threads"),
             cpu_spin_us=_env_int("TURBINE_CPU_SPIN_US", 100, "microseconds"),
             runtime_flags=tuple(os.environ.get("TURBINE_RUNTIME_FLAGS", "").split()),
+            background_compile=_env_bool("TURBINE_BACKGROUND_COMPILE", True),
             compile_jobs=_env_int("TURBINE_COMPILE_JOBS", len(os.sched_getaffinity(0)), "processes"),
         )
 

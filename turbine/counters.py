@@ -17,6 +17,7 @@ _NAMES = (
     "host_transfers",
     "host_transfer_bytes",
     "scalar_uploads",
+    "deferred_launches",
 )
 
 
@@ -49,6 +50,7 @@ def stats() -> dict[str, Any]:
     ``host_transfers`` / ``host_transfer_bytes`` count tensor data that crossed between host and
     device (uploads and reads); ``scalar_uploads`` counts the 0-d buffers made for Python scalars
     that kernels take as runtime arguments, which are launch parameters rather than tensor data.
+    ``deferred_launches`` counts ops that returned while their kernel was still compiling.
     """
     return counters.snapshot()
 

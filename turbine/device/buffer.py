@@ -7,6 +7,8 @@ be shared freely between storages and no write-after-read ordering is needed.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import iree.runtime as rt
 
@@ -19,6 +21,9 @@ class Buffer:
     """A HAL buffer on one device plus the fence that signals when its contents are valid."""
 
     __slots__ = ("device", "hal", "nbytes", "ready")
+
+    #: Whether the buffer waits for a kernel that is still compiling (PendingBuffer).
+    pending = False
 
     def __init__(
         self, device: "Device", hal: rt.HalBuffer, ready: rt.HalFence | None = None, nbytes: int | None = None  # noqa: F821
@@ -33,6 +38,48 @@ class Buffer:
         if self.ready is not None:
             self.ready.wait()
             self.ready = None
+
+
+class PendingBuffer(Buffer):
+    """The result buffer of a kernel launch that is still waiting for its kernel to compile.
+
+    An eager op whose kernel is compiling returns at once (eager/deferred.py); its results hold
+    PendingBuffers. Reading ``hal`` or ``ready`` first calls ``resolve``, which launches the
+    waiting kernels in issue order up to this one and then ``fill``s the buffer, so code that was
+    written for plain Buffers (downloads, DLPack, gathers) just waits for the launch.
+    """
+
+    __slots__ = ("resolve", "_hal", "_ready")
+
+    def __init__(self, device: "Device", nbytes: int, resolve: Callable[[], None]) -> None:  # noqa: F821
+        self.device = device
+        self.nbytes = nbytes
+        self.resolve: Callable[[], None] | None = resolve
+        self._hal = self._ready = None
+
+    @property
+    def pending(self) -> bool:
+        return self.resolve is not None
+
+    def fill(self, hal: rt.HalBuffer, ready: rt.HalFence | None) -> None:
+        """The launch happened: this is the buffer, reached at ``ready``."""
+        self._hal, self._ready, self.resolve = hal, ready, None
+
+    @property
+    def hal(self) -> rt.HalBuffer:
+        if self.resolve is not None:
+            self.resolve()
+        return self._hal
+
+    @property
+    def ready(self) -> rt.HalFence | None:
+        if self.resolve is not None:
+            self.resolve()
+        return self._ready
+
+    @ready.setter
+    def ready(self, fence: rt.HalFence | None) -> None:
+        self._ready = fence
 
 
 def _copy_in(device: "Device", array: np.ndarray) -> tuple[rt.HalBuffer, int]:  # noqa: F821

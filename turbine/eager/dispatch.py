@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from concurrent.futures import Future
 from typing import Any, Callable
 
 import numpy as np
@@ -25,7 +26,7 @@ import torch
 from turbine.config import config
 from turbine.counters import counters
 from turbine.device import Device, upload_scalar
-from turbine.eager import backward_errors, factories, fallback, host, lowering
+from turbine.eager import backward_errors, deferred, factories, fallback, host, lowering
 from turbine.eager.dtypes import ELEMENT_TYPES, check_kernel_dtype
 from turbine.eager.launch import enqueue, join
 from turbine.eager.schema import OpSchema, functional_variant, schema_of
@@ -34,7 +35,7 @@ from turbine.eager.tensor import DenseLayout, DeviceTensor, torch_device
 from turbine.eager.transfer import to_device, to_host
 from turbine.eager.views import dense, meta_like, write
 from turbine.errors import CompileError, UnsupportedOpError
-from turbine.kernels_cache import kernel_cache
+from turbine.kernels_cache import Kernel, kernel_cache
 
 import iree.runtime as rt
 
@@ -355,17 +356,38 @@ def _resize(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 class _KernelPlan:
-    """One compiled kernel: dense inputs, runtime scalars as 0-d buffers, fresh dense outputs."""
+    """One compiled kernel: dense inputs, runtime scalars as 0-d buffers, fresh dense outputs.
 
-    def __init__(self, device: Device, kernel: Any, scalar_dtypes: list, outputs: list, structure: Callable) -> None:
+    ``kernel`` may still be compiling (``compiling`` is its Future): calls until then queue
+    their launches (eager/deferred.py). Should the compile fail, ``failure`` says why and calls
+    go to the fallback policy.
+    """
+
+    def __init__(
+        self, func: Any, device: Device, kernel: Kernel | Future, scalar_dtypes: list, outputs: list, structure: Callable
+    ) -> None:
+        self.func = func
+        self.schema = _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
         self.device = device
-        self.kernel = kernel
+        self.compiling = kernel if isinstance(kernel, Future) else None
+        self.kernel = None if self.compiling else kernel
+        self.failure: Exception | None = None
         self.scalar_dtypes = scalar_dtypes
         self.outputs = outputs  # a DenseLayout, or None, per output
         self.torch_device = torch_device(device)
         self.structure = structure
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        if self.compiling is not None or deferred.backlog:
+            deferred.advance(self.device)
+            if self.compiling is not None and (deferred.draining or self.compiling.done()):
+                deferred.kernel_of(self)
+            if self.failure is not None:
+                return fallback.run(self.func, args, kwargs, self.failure)
+            if (self.compiling is not None or deferred.waiting(self.device)) and not deferred.draining:
+                pending = deferred.defer(self, leaves, args, kwargs, self._scalar_views(leaves))
+                outs = [None if layout is None else layout.make(buffer, None, self.torch_device) for layout, buffer in zip(self.outputs, pending)]
+                return self.structure(outs)
         device = self.device
         views = []
         waits = []
@@ -377,11 +399,13 @@ class _KernelPlan:
             if ready is not None:
                 waits.append(ready)
         if leaves.scalars:
-            for value, dtype in zip(leaves.scalars, self.scalar_dtypes):
-                views.append(scalar_view(device, value, dtype))
+            views += self._scalar_views(leaves)
         results = iter(enqueue(self.kernel, device, views, join(waits)))
         torch_device = self.torch_device
         return self.structure([None if layout is None else layout.make(*next(results), torch_device) for layout in self.outputs])
+
+    def _scalar_views(self, leaves: Leaves) -> list:
+        return [scalar_view(self.device, value, dtype) for value, dtype in zip(leaves.scalars, self.scalar_dtypes)]
 
 
 def _scalar_reference(leaves: Leaves) -> torch.Tensor | None:
@@ -456,7 +480,7 @@ def _stored_kernel_plan(func: Any, leaves: Leaves) -> _KernelPlan | None:
     if kernel is None or "outputs" not in kernel.metadata:
         return None
     outputs = [None if o is None else DenseLayout(tuple(o[0]), getattr(torch, o[1])) for o in kernel.metadata["outputs"]]
-    return _KernelPlan(leaves.device, kernel, scalar_dtypes, outputs, _STRUCTURES[kernel.metadata["structure"]])
+    return _KernelPlan(func, leaves.device, kernel, scalar_dtypes, outputs, _STRUCTURES[kernel.metadata["structure"]])
 
 
 def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, meta_out: Any) -> _KernelPlan:
@@ -517,9 +541,13 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
         "outputs": [None if m is None else [list(m.shape), str(m.dtype).replace("torch.", "")] for m in metas],
         "structure": kind,
     }
-    kernel = kernel_cache.kernel(signature, device, lowerings, _describe(func, leaves), metadata)
+    if deferred.enabled():
+        lowering.prepare()
+        kernel = kernel_cache.start(signature, device, lowerings, _describe(func, leaves), metadata)
+    else:
+        kernel = kernel_cache.kernel(signature, device, lowerings, _describe(func, leaves), metadata)
     outputs = [None if m is None else DenseLayout(tuple(m.shape), m.dtype) for m in metas]
-    return _KernelPlan(device, kernel, scalar_dtypes, outputs, _STRUCTURES[kind])
+    return _KernelPlan(func, device, kernel, scalar_dtypes, outputs, _STRUCTURES[kind])
 
 
 def _no_lowering() -> str:

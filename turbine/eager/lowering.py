@@ -7,6 +7,7 @@ measured 1.6-3.6 s for export against under 40 ms for this) and imported by IREE
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Callable, Sequence
 
 import torch
@@ -180,6 +181,9 @@ def decompositions() -> dict:
     return table
 
 
+_tracing = threading.RLock()
+
+
 def lower(fn: Callable, inputs: Sequence[tuple[tuple[int, ...], torch.dtype]], decompose: bool = False) -> str:
     """MLIR text of ``fn`` traced on inputs of the given (sizes, dtype); exported as ``main``."""
     # torch.empty reserves address space but touches no memory, so large shapes cost nothing here.
@@ -188,8 +192,21 @@ def lower(fn: Callable, inputs: Sequence[tuple[tuple[int, ...], torch.dtype]], d
     # torch's C++ code can reach turbine with Python dispatch turned off (tensor creation from
     # data does); tracing needs it back on, so the trace runs with it re-enabled.
     excluded = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.Python)
-    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded):
+    # make_fx keeps its decomposition table in a module global, so traces from the compile
+    # threads (kernels_cache ``start``) take turns.
+    with _tracing, torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded):
         graph_module = make_fx(fn, tracing_mode="fake", decomposition_table=table)(*examples)
     importer = FxImporter()
     importer.import_stateless_graph(graph_module.graph, func_name="main")
     return str(importer.module)
+
+
+@functools.lru_cache(maxsize=None)
+def prepare() -> None:
+    """Trace one op on the calling thread, once per process, before any trace on a compile thread.
+
+    The first trace imports some 350 of torch's modules (torch._dynamo among them), and Python's
+    imports of modules that import each other are not safe to race: a meta call on the main
+    thread then met a partially initialised torch._inductor.utils. Later traces import nothing.
+    """
+    lower(lambda a: [a + a], [((1,), torch.float32)])

@@ -151,14 +151,15 @@ class DenseLayout:
         self.numel = numel_of(self.sizes)
         self.key = (self.sizes, dtype)
 
-    def make(self, buffer: Buffer, view: rt.HalBufferView, device: torch.device) -> DeviceTensor:
-        """A new dense DeviceTensor over ``buffer`` (the hot path of every kernel result)."""
+    def make(self, buffer: Buffer, view: rt.HalBufferView | None, device: torch.device) -> DeviceTensor:
+        """A new dense DeviceTensor over ``buffer`` (the hot path of every kernel result); ``view``
+        is None for a buffer whose launch waits on a compile (eager/deferred.py)."""
         # Contiguous strides are the default; leaving them out makes this call measurably cheaper.
         tensor = torch.Tensor._make_wrapper_subclass(DeviceTensor, self.sizes, dtype=self.dtype, device=device)
         tensor._storage = Storage(buffer.device, self.dtype, self.numel, buffer)
         tensor._dense = True
         tensor._key = self.key
-        tensor._view_cache = (buffer, view)
+        tensor._view_cache = None if view is None else (buffer, view)
         return tensor
 
 

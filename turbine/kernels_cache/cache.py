@@ -11,6 +11,7 @@ import hashlib
 import logging
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Protocol, Sequence
 
 from turbine.config import config
@@ -55,6 +56,8 @@ class KernelCache:
         self._vmfb: dict[tuple, tuple[bytes, dict]] = {}  # key -> (module, metadata)
         self._loaded: dict[tuple, Kernel] = {}
         self._failed: dict[tuple, CompileError] = {}
+        self._compiling: dict[tuple, threading.Event] = {}  # keys a thread is compiling now
+        self._compilers: ThreadPoolExecutor | None = None  # threads of ``start``, made at first need
 
     def clear_memory(self) -> None:
         """Forget every kernel and failure held in memory (the store is left alone)."""
@@ -78,23 +81,59 @@ class KernelCache:
         signature's entry holds. ``describe`` names the op for messages. ``metadata`` (plain
         values) is kept with a new entry and comes back as ``kernel.metadata`` in later processes.
         Raises CompileError, the same one every later time, when the compiler rejects every
-        alternative.
+        alternative. Threads asking for different new signatures compile them at the same time;
+        threads asking for the same one share its compile.
         """
         target = target_for(device)
         key = (signature, target.key(), LOWERING_VERSION)
         kernel = self._memory_hit(key, device)
         if kernel is not None:
             return kernel
-        with self._lock:
-            if key in self._failed:
-                raise self._failed[key]
-            entry = self._vmfb.get(key)
-            if entry is None:
-                entry = self._load(key, describe) or self._compile(key, target, lower, describe, metadata or {})
+        while True:
+            with self._lock:
+                entry = self._entry(key, describe)
+                if entry is not None:
+                    return self._install(key, device, entry)
+                compiling = self._compiling.get(key)
+                if compiling is None:
+                    compiling = self._compiling[key] = threading.Event()
+                    break
+            compiling.wait()  # another thread compiles this signature; then look again
+        try:
+            entry = self._compile(key, target, lower, describe, metadata or {})
+            with self._lock:
                 self._vmfb[key] = entry
-            else:
-                counters.cache_hits_memory += 1
-            return self._install(key, device, entry)
+                return self._install(key, device, entry)
+        finally:
+            with self._lock:
+                del self._compiling[key]
+            compiling.set()
+
+    def start(
+        self,
+        signature: tuple,
+        device: Device,
+        lower: Callable[[], str] | Sequence[Callable[[], str]],
+        describe: str,
+        metadata: dict | None = None,
+    ) -> Kernel | Future:
+        """``kernel`` without waiting for the compiler: a cached kernel at once, else a Future of it.
+
+        The compile (lowering included) runs on one of ``config.compile_jobs`` threads, so an
+        eager program can go on issuing ops, and their new kernels compile side by side.
+        """
+        key = (signature, target_for(device).key(), LOWERING_VERSION)
+        kernel = self._memory_hit(key, device)
+        if kernel is not None:
+            return kernel
+        with self._lock:
+            entry = self._entry(key, describe)
+            if entry is not None:
+                return self._install(key, device, entry)
+            if self._compilers is None:
+                jobs = max(1, config.compile_jobs)
+                self._compilers = ThreadPoolExecutor(jobs, thread_name_prefix="turbine-compile")
+        return self._compilers.submit(self.kernel, signature, device, lower, describe, metadata)
 
     def stored(self, signature: tuple, device: Device, describe: str) -> Kernel | None:
         """The kernel for a signature if memory or the store has it; never compiles.
@@ -107,20 +146,25 @@ class KernelCache:
         if kernel is not None:
             return kernel
         with self._lock:
-            if key in self._failed:
-                return None
-            entry = self._vmfb.get(key)
-            if entry is None:
-                try:
-                    entry = self._load(key, describe)
-                except CompileError:
-                    return None  # a cached failure: the caller's full path raises it
-                if entry is None:
-                    return None
-                self._vmfb[key] = entry
-            else:
-                counters.cache_hits_memory += 1
-            return self._install(key, device, entry)
+            try:
+                entry = self._entry(key, describe)
+            except CompileError:
+                return None  # a cached failure: the caller's full path raises it
+            return None if entry is None else self._install(key, device, entry)
+
+    def _entry(self, key: tuple, describe: str) -> tuple[bytes, dict] | None:
+        """The module and metadata of a key from memory or the store, or None; raises a known
+        failure. Called with the lock held."""
+        if key in self._failed:
+            raise self._failed[key]
+        entry = self._vmfb.get(key)
+        if entry is not None:
+            counters.cache_hits_memory += 1
+            return entry
+        entry = self._load(key, describe)
+        if entry is not None:
+            self._vmfb[key] = entry
+        return entry
 
     def _memory_hit(self, key: tuple, device: Device) -> Kernel | None:
         kernel = self._loaded.get((key, device.index))
@@ -131,8 +175,10 @@ class KernelCache:
         return kernel
 
     def _install(self, key: tuple, device: Device, entry: tuple[bytes, dict]) -> Kernel:
-        kernel = Kernel(device, entry[0], entry[1])
-        self._loaded[(key, device.index)] = kernel
+        """The kernel of an entry loaded on a device (once: threads may race to it). Lock held."""
+        kernel = self._loaded.get((key, device.index))
+        if kernel is None:
+            kernel = self._loaded[(key, device.index)] = Kernel(device, entry[0], entry[1])
         return kernel
 
     def _load(self, key: tuple, describe: str) -> tuple[bytes, dict] | None:
@@ -152,7 +198,7 @@ class KernelCache:
             raise error
         return None
 
-    def _compile(
+    def _compile(  # called without the lock, so that threads compile side by side
         self,
         key: tuple,
         target: Target,
@@ -166,20 +212,22 @@ class KernelCache:
         try:
             vmfb = _compile_first(lower if isinstance(lower, Sequence) else [lower], target)
         except CompileError as error:
-            counters.compile_failures += 1
             failure = CompileError(
                 f"IREE could not compile {describe} for {target.backend} ({target.arch or 'default'}):\n{error}\n"
                 "turbine runs such ops by its fallback policy (TURBINE_FALLBACK).",
                 error.diagnostics,
             )
-            self._failed[key] = failure
+            with self._lock:
+                counters.compile_failures += 1
+                self._failed[key] = failure
             if self.store is not None:
                 self.store.save_failure(digest, str(error), {"op": describe})
             raise failure from None
         finally:
             progress.compiled()
         seconds = time.perf_counter() - start
-        counters.kernels_compiled += 1
+        with self._lock:
+            counters.kernels_compiled += 1
         log.debug("compiled %s in %.2f s", describe, seconds)
         if self.store is not None:
             record = {

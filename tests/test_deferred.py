@@ -1,0 +1,129 @@
+"""Background compiles: ops whose kernel is compiling return at once and launch later, in order.
+
+Each test uses shapes no other test uses, so that its kernels are new to the session's cache.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import turbine
+from turbine.eager import deferred
+
+D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
+
+
+def _on(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    return [t.to(D) for t in tensors]
+
+
+def test_ops_return_before_their_kernels_compile(stats):
+    a, b = torch.randn(5, 19), torch.randn(19, 3)
+    x, w = _on(a, b)
+    y = torch.tanh(x @ w) * 2.5
+    z = torch.sigmoid(y).sum(dim=0)
+    issued = stats()
+    # Issuing took far less than one compile: the last op's kernel cannot be ready yet.
+    assert issued["deferred_launches"] >= 3
+    assert issued["kernels_compiled"] < 4
+    assert_close(z.cpu(), torch.sigmoid(torch.tanh(a @ b) * 2.5).sum(dim=0))
+    assert not deferred.waiting(z.turbine_device)  # reading z ran every launch before it
+
+
+def test_later_in_place_ops_do_not_change_a_waiting_launch_input():
+    a = torch.randn(6, 23)
+    x = a.to(D)
+    y = torch.cos(x) + 1.25  # waits for its kernels
+    x.add_(100.0)  # swaps x's buffer; y must still read the old values
+    x.mul_(2.0)
+    assert_close(y.cpu(), torch.cos(a) + 1.25)
+    assert_close(x.cpu(), (a + 100.0) * 2.0)
+
+
+def test_pending_results_can_be_read_viewed_and_transposed():
+    a = torch.randn(7, 29)
+    x = a.to(D)
+    y = torch.exp(x) / 3.0
+    assert_close(y[2].cpu(), (torch.exp(a) / 3.0)[2])
+    g = y.t() @ y  # a non-dense view of a pending result into a new kernel
+    assert_close(g.cpu(), (torch.exp(a) / 3.0).t() @ (torch.exp(a) / 3.0), rtol=1e-4, atol=1e-3)
+    assert y[0, 0].item() == pytest.approx(float(torch.exp(a[0, 0]) / 3.0), rel=1e-5)
+    assert "turbine" in repr(torch.log1p(x.abs()))
+
+
+def test_multi_output_ops_wait_too():
+    a = torch.randn(9, 31)
+    x = a.to(D)
+    values, indices = torch.max(torch.sin(x), dim=1)
+    top_v, top_i = torch.topk(x * 2.0, 4, dim=1)
+    assert_close(values.cpu(), torch.max(torch.sin(a), dim=1).values)
+    assert torch.equal(indices.cpu(), torch.max(torch.sin(a), dim=1).indices)
+    assert_close(top_v.cpu(), torch.topk(a * 2.0, 4, dim=1).values)
+    assert torch.equal(top_i.cpu(), torch.topk(a * 2.0, 4, dim=1).indices)
+
+
+def test_gradients_through_waiting_launches():
+    a, b = torch.randn(11, 17), torch.randn(17, 5)
+    x = a.to(D).requires_grad_()
+    w = b.to(D).requires_grad_()
+    loss = (torch.tanh(x @ w) ** 2).mean()
+    loss.backward()
+    ra, rb = a.clone().requires_grad_(), b.clone().requires_grad_()
+    (torch.tanh(ra @ rb) ** 2).mean().backward()
+    assert_close(x.grad.cpu(), ra.grad)
+    assert_close(w.grad.cpu(), rb.grad)
+
+
+def test_a_failed_background_compile_runs_the_fallback(stats):
+    a = torch.rand(13, 3) + 0.5
+    x = a.to(D)
+    y = torch.sqrt(x)  # compiles in the background
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", turbine.TurbineFallbackWarning)
+        z = torch.special.airy_ai(y)  # IREE has no lowering: its compile fails in the background
+        w = z * 2.0
+        assert_close(w.cpu(), torch.special.airy_ai(torch.sqrt(a)) * 2.0)
+    assert stats()["fallbacks"].get("aten.special_airy_ai.default") == 1
+
+
+def test_the_error_policy_fails_at_the_op_itself(stats):
+    x = torch.rand(3, 41).to(D)
+    with turbine.fallback("error"):
+        y = torch.cos(x)
+        with pytest.raises(turbine.UnsupportedOpError, match="airy_ai"):
+            torch.special.airy_ai(y)
+    assert stats()["deferred_launches"] == 0
+
+
+def test_background_compile_can_be_turned_off(stats):
+    a = torch.randn(4, 43)
+    with turbine.override(background_compile=False):
+        y = torch.atan(a.to(D)) - 0.5
+        assert stats()["kernels_compiled"] == 2
+    assert stats()["deferred_launches"] == 0
+    assert_close(y.cpu(), torch.atan(a) - 0.5)
+
+
+def test_threads_asking_for_one_new_kernel_share_its_compile(stats):
+    a = torch.randn(3, 47)
+    x = a.to(D)
+    results = [None] * 4
+
+    def run(i: int) -> None:
+        with turbine.override(background_compile=False):
+            results[i] = torch.asinh(x).cpu()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert stats()["kernels_compiled"] == 1
+    for result in results:
+        assert_close(result, torch.asinh(a))

@@ -1,0 +1,172 @@
+"""Launches that wait for their kernel to compile, so a first forward pass compiles side by side.
+
+Eager code issues one op at a time, and each new op's kernel costs about half a second to
+compile. When a kernel plan's kernel is still compiling (``kernel_cache.start`` handed back a
+Future), its op does not wait: it returns tensors of the right sizes over PendingBuffers and
+queues the launch here. The program goes on; the next new op's kernel starts compiling on
+another compile thread, so up to ``TURBINE_COMPILE_JOBS`` kernels compile at once.
+
+Rules that keep this invisible to the program:
+
+- Order: once a launch waits on a device, every later kernel plan on that device queues behind
+  it, and launches run in issue order. Buffers are never written after they are made, so the
+  snapshot of each input buffer taken at issue time is what the launch reads.
+- Reading a result waits: a PendingBuffer's ``hal`` or ``ready`` runs the queue up to its launch
+  (blocking on compiles as needed). Downloads, DLPack, views and gathers all go through them.
+- The queue moves by itself: every kernel op on the device first launches the queued ops whose
+  kernels have compiled meanwhile.
+- A compile that fails sends its launch to the fallback policy when the launch runs; with the
+  ``error`` policy nothing is deferred, so the error comes from the op that caused it.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any
+
+from turbine.config import config
+from turbine.counters import counters
+from turbine.device import Device
+from turbine.device.buffer import PendingBuffer
+from turbine.eager import fallback
+from turbine.eager.launch import enqueue, join
+from turbine.eager.signature import rebuild
+from turbine.eager.tensor import DeviceTensor, Storage
+from turbine.eager.views import dense
+from turbine.errors import CompileError, UnsupportedOpError
+
+#: Launches waiting on any device (the hot path reads this one number).
+backlog = 0
+#: Above zero while queued launches run: ops issued then (by a fallback) must not queue again.
+draining = 0
+
+_queues: dict[int, collections.deque] = {}
+_lock = threading.RLock()
+
+
+def enabled() -> bool:
+    """Whether new kernels compile in the background (``TURBINE_BACKGROUND_COMPILE``)."""
+    return config.background_compile and config.fallback != "error"
+
+
+def waiting(device: Device) -> bool:
+    """Whether launches wait on ``device``."""
+    queue = _queues.get(device.index)
+    return bool(queue)
+
+
+def kernel_of(plan: Any) -> None:
+    """Wait for a plan's kernel to compile; a failure becomes the plan's ``failure``."""
+    compiling = plan.compiling
+    if compiling is None:
+        return
+    try:
+        plan.kernel = compiling.result()
+    except (CompileError, UnsupportedOpError) as reason:
+        plan.failure = reason
+    plan.compiling = None
+
+
+class _Launch:
+    """One queued kernel launch: the plan, snapshots of its inputs, and its pending results."""
+
+    def __init__(self, plan: Any, leaves: Any, args: tuple, kwargs: dict, scalar_views: list) -> None:
+        self.plan = plan
+        self.device: Device = plan.device
+        snapshots: dict[int, DeviceTensor] = {}
+
+        def snapshot(tensor: DeviceTensor) -> DeviceTensor:
+            """The tensor as it is now: a later in-place op swaps its storage's buffer, not this one's."""
+            if id(tensor) not in snapshots:
+                storage = tensor._storage
+                frozen = Storage(storage.device, storage.dtype, storage.numel, storage.buffer)
+                snapshots[id(tensor)] = DeviceTensor(frozen, tuple(tensor.shape), tensor.stride(), tensor.storage_offset())
+            return snapshots[id(tensor)]
+
+        self.tensors = [snapshot(t) for t in leaves.tensors]
+        # The call itself, for the fallback should the compile fail (0-d CPU scalars copied too).
+        self.call = rebuild(plan.schema, args, kwargs, snapshot, lambda v: v.clone() if hasattr(v, "clone") else v)
+        self.scalar_views = scalar_views
+        self.outputs = [
+            None if layout is None else PendingBuffer(self.device, layout.numel * layout.dtype.itemsize, self.resolve)
+            for layout in plan.outputs
+        ]
+        self.done = False
+        self.error: BaseException | None = None
+
+    def resolve(self) -> None:
+        """Run the queue up to this launch (a PendingBuffer of it was read)."""
+        flush(self.device, self)
+        if self.error is not None:
+            raise self.error
+
+    def run(self) -> None:
+        plan = self.plan
+        kernel_of(plan)
+        if plan.failure is not None:
+            args, kwargs = self.call
+            result = fallback.run(plan.func, tuple(args), kwargs, plan.failure)
+            results = list(result) if isinstance(result, (tuple, list)) else [result]
+            for pending, out in zip(self.outputs, results):
+                if pending is not None:
+                    buffer = dense(out)._storage.buffer
+                    pending.fill(buffer.hal, buffer.ready)
+            return
+        views, waits = [], []
+        for tensor in self.tensors:
+            tensor = dense(tensor)
+            views.append(tensor.buffer_view())
+            if tensor._storage.buffer.ready is not None:
+                waits.append(tensor._storage.buffer.ready)
+        results = iter(enqueue(plan.kernel, self.device, views + self.scalar_views, join(waits)))
+        for pending in self.outputs:
+            if pending is not None:
+                buffer, _ = next(results)
+                pending.fill(buffer.hal, buffer.ready)
+
+
+def defer(plan: Any, leaves: Any, args: tuple, kwargs: dict, scalar_views: list) -> list[PendingBuffer | None]:
+    """Queue a plan's launch; returns its pending result buffers (None where the op has no result)."""
+    global backlog
+    launch = _Launch(plan, leaves, args, kwargs, scalar_views)
+    with _lock:
+        _queues.setdefault(plan.device.index, collections.deque()).append(launch)
+        backlog += 1
+    counters.deferred_launches += 1
+    return launch.outputs
+
+
+def advance(device: Device) -> None:
+    """Launch the queued ops at the head of ``device``'s queue whose kernels have compiled."""
+    queue = _queues.get(device.index)
+    while queue:
+        compiling = queue[0].plan.compiling
+        if compiling is not None and not compiling.done():
+            return
+        _run_next(queue)
+
+
+def flush(device: Device, upto: _Launch | None = None) -> None:
+    """Run ``device``'s queued launches in order, waiting for compiles: all of them, or up to ``upto``."""
+    queue = _queues.get(device.index)
+    while queue and not (upto is not None and upto.done):
+        _run_next(queue)
+
+
+def _run_next(queue: collections.deque) -> None:
+    global backlog, draining
+    with _lock:
+        if not queue:
+            return
+        launch = queue.popleft()
+        backlog -= 1
+        draining += 1
+        try:
+            launch.run()
+        except BaseException as error:
+            launch.error = error
+            raise
+        finally:
+            launch.done = True
+            draining -= 1
