@@ -2,7 +2,7 @@
 
 Eager code issues one op at a time, and each new op's kernel costs about half a second to
 compile. When a kernel plan's kernel is still compiling (``kernel_cache.start`` handed back a
-Future), its op does not wait: it returns tensors of the right sizes over PendingBuffers and
+CompilingKernel), its op does not wait: it returns tensors of the right sizes over PendingBuffers and
 queues the launch here. The program goes on; the next new op's kernel starts compiling on
 another compile thread, so up to ``TURBINE_COMPILE_JOBS`` kernels compile at once.
 

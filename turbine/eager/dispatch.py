@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from concurrent.futures import Future
 from typing import Any, Callable
 
 import numpy as np
@@ -35,7 +34,7 @@ from turbine.eager.tensor import DenseLayout, DeviceTensor, torch_device
 from turbine.eager.transfer import to_device, to_host
 from turbine.eager.views import dense, meta_like, write
 from turbine.errors import CompileError, UnsupportedOpError
-from turbine.kernels_cache import Kernel, kernel_cache
+from turbine.kernels_cache import CompilingKernel, Kernel, kernel_cache
 
 import iree.runtime as rt
 
@@ -358,18 +357,18 @@ def _resize(func: Any, args: tuple, kwargs: dict) -> Any:
 class _KernelPlan:
     """One compiled kernel: dense inputs, runtime scalars as 0-d buffers, fresh dense outputs.
 
-    ``kernel`` may still be compiling (``compiling`` is its Future): calls until then queue
+    ``kernel`` may still be compiling (``compiling`` is its CompilingKernel): calls until then queue
     their launches (eager/deferred.py). Should the compile fail, ``failure`` says why and calls
     go to the fallback policy.
     """
 
     def __init__(
-        self, func: Any, device: Device, kernel: Kernel | Future, scalar_dtypes: list, outputs: list, structure: Callable
+        self, func: Any, device: Device, kernel: Kernel | CompilingKernel, scalar_dtypes: list, outputs: list, structure: Callable
     ) -> None:
         self.func = func
         self.schema = _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
         self.device = device
-        self.compiling = kernel if isinstance(kernel, Future) else None
+        self.compiling = kernel if isinstance(kernel, CompilingKernel) else None
         self.kernel = None if self.compiling else kernel
         self.failure: Exception | None = None
         self.scalar_dtypes = scalar_dtypes
@@ -378,7 +377,7 @@ class _KernelPlan:
         self.structure = structure
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
-        if self.compiling is not None or deferred.backlog:
+        if self.kernel is None or deferred.backlog:  # compiling, failed, or launches wait
             deferred.advance(self.device)
             if self.compiling is not None and (deferred.draining or self.compiling.done()):
                 deferred.kernel_of(self)

@@ -42,6 +42,29 @@ class KernelStore(Protocol):
     def save_failure(self, digest: str, message: str, record: dict) -> None: ...
 
 
+class CompilingKernel:
+    """A kernel whose module a compile thread is making (``KernelCache.start``).
+
+    ``result()`` loads the module on the calling thread: a CUDA context is current on the
+    thread that made it, and loading a module on a compile thread failed there.
+    """
+
+    def __init__(self, cache: "KernelCache", key: tuple, device: Device, future: Future) -> None:
+        self._cache = cache
+        self._key = key
+        self._device = device
+        self._future = future
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self) -> Kernel:
+        """The loaded kernel, once compiled (waits); raises the compile's CompileError."""
+        entry = self._future.result()
+        with self._cache._lock:
+            return self._cache._install(self._key, self._device, entry)
+
+
 def digest_of(key: tuple) -> str:
     """A stable hex digest of a full cache key (its repr holds only plain values)."""
     return hashlib.sha256(repr(key).encode()).hexdigest()
@@ -89,25 +112,9 @@ class KernelCache:
         kernel = self._memory_hit(key, device)
         if kernel is not None:
             return kernel
-        while True:
-            with self._lock:
-                entry = self._entry(key, describe)
-                if entry is not None:
-                    return self._install(key, device, entry)
-                compiling = self._compiling.get(key)
-                if compiling is None:
-                    compiling = self._compiling[key] = threading.Event()
-                    break
-            compiling.wait()  # another thread compiles this signature; then look again
-        try:
-            entry = self._compile(key, target, lower, describe, metadata or {})
-            with self._lock:
-                self._vmfb[key] = entry
-                return self._install(key, device, entry)
-        finally:
-            with self._lock:
-                del self._compiling[key]
-            compiling.set()
+        entry = self._found_or_compiled(key, target, lower, describe, metadata or {})
+        with self._lock:
+            return self._install(key, device, entry)
 
     def start(
         self,
@@ -116,13 +123,13 @@ class KernelCache:
         lower: Callable[[], str] | Sequence[Callable[[], str]],
         describe: str,
         metadata: dict | None = None,
-    ) -> Kernel | Future:
-        """``kernel`` without waiting for the compiler: a cached kernel at once, else a Future of it.
-
-        The compile (lowering included) runs on one of ``config.compile_jobs`` threads, so an
-        eager program can go on issuing ops, and their new kernels compile side by side.
+    ) -> Kernel | CompilingKernel:
+        """``kernel`` without waiting for the compiler: a cached kernel at once, else a
+        CompilingKernel whose compile (lowering included) runs on one of ``config.compile_jobs``
+        threads, so an eager program can go on issuing ops while new kernels compile side by side.
         """
-        key = (signature, target_for(device).key(), LOWERING_VERSION)
+        target = target_for(device)
+        key = (signature, target.key(), LOWERING_VERSION)
         kernel = self._memory_hit(key, device)
         if kernel is not None:
             return kernel
@@ -131,9 +138,35 @@ class KernelCache:
             if entry is not None:
                 return self._install(key, device, entry)
             if self._compilers is None:
-                jobs = max(1, config.compile_jobs)
-                self._compilers = ThreadPoolExecutor(jobs, thread_name_prefix="turbine-compile")
-        return self._compilers.submit(self.kernel, signature, device, lower, describe, metadata)
+                self._compilers = ThreadPoolExecutor(max(1, config.compile_jobs), thread_name_prefix="turbine-compile")
+        future = self._compilers.submit(self._found_or_compiled, key, target, lower, describe, metadata or {})
+        return CompilingKernel(self, key, device, future)
+
+    def _found_or_compiled(
+        self, key: tuple, target: Target, lower: Callable[[], str] | Sequence[Callable[[], str]], describe: str, metadata: dict
+    ) -> tuple[bytes, dict]:
+        """A key's module and metadata from memory or the store, else compiled here. Threads
+        asking for different new keys compile them at the same time; threads asking for the same
+        one share its compile."""
+        while True:
+            with self._lock:
+                entry = self._entry(key, describe)
+                if entry is not None:
+                    return entry
+                compiling = self._compiling.get(key)
+                if compiling is None:
+                    compiling = self._compiling[key] = threading.Event()
+                    break
+            compiling.wait()  # another thread compiles this key; then look again
+        try:
+            entry = self._compile(key, target, lower, describe, metadata)
+            with self._lock:
+                self._vmfb[key] = entry
+            return entry
+        finally:
+            with self._lock:
+                del self._compiling[key]
+            compiling.set()
 
     def stored(self, signature: tuple, device: Device, describe: str) -> Kernel | None:
         """The kernel for a signature if memory or the store has it; never compiles.
