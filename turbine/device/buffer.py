@@ -49,12 +49,14 @@ class PendingBuffer(Buffer):
     written for plain Buffers (downloads, DLPack, gathers) just waits for the launch.
     """
 
-    __slots__ = ("resolve", "_hal", "_ready")
+    __slots__ = ("resolve", "error", "_hal", "_ready")
 
     def __init__(self, device: "Device", nbytes: int, resolve: Callable[[], None]) -> None:  # noqa: F821
         self.device = device
         self.nbytes = nbytes
         self.resolve: Callable[[], None] | None = resolve
+        #: Why the launch failed (it stays pending, and ``resolve`` raises this), else None.
+        self.error: BaseException | None = None
         self._hal = self._ready = None
 
     @property

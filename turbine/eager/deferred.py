@@ -57,7 +57,11 @@ def waiting(device: Device) -> bool:
 
 
 def kernel_of(plan: Any) -> None:
-    """Wait for a plan's kernel to compile; a failure becomes the plan's ``failure``."""
+    """Wait for a plan's kernel to compile; a failed compile becomes the plan's ``failure``.
+
+    A compile that was stopped (Ctrl-C in a compile thread) makes the plan forget itself, so the
+    next call of the op starts over, as it would after an interrupted compile on this thread.
+    """
     compiling = plan.compiling
     if compiling is None:
         return
@@ -65,6 +69,10 @@ def kernel_of(plan: Any) -> None:
         plan.kernel = compiling.result()
     except (CompileError, UnsupportedOpError) as reason:
         plan.failure = reason
+    except BaseException:
+        if compiling.done():
+            plan.forget()
+        raise
     plan.compiling = None
 
 
@@ -101,7 +109,20 @@ class _Launch:
         if self.error is not None:
             raise self.error
 
+    def fail(self, error: BaseException) -> None:
+        """The launch cannot run: reading any of its results raises ``error``."""
+        self.error = error
+        for pending in self.outputs:
+            if pending is not None:
+                pending.error = error
+
     def run(self) -> None:
+        # An input whose own launch failed: this one fails with it, quietly; the error is raised
+        # where a result is read, not in the middle of unrelated launches.
+        for tensor in self.tensors:
+            if tensor._storage.buffer.pending and tensor._storage.buffer.error is not None:
+                self.fail(tensor._storage.buffer.error)
+                return
         plan = self.plan
         kernel_of(plan)
         if plan.failure is not None:
@@ -138,9 +159,13 @@ def defer(plan: Any, leaves: Any, args: tuple, kwargs: dict, scalar_views: list)
 
 
 def advance(device: Device) -> None:
-    """Launch the queued ops at the head of ``device``'s queue whose kernels have compiled."""
+    """Launch the queued ops at the head of ``device``'s queue whose kernels have compiled.
+
+    Not while a queued launch runs (its fallback issues ops): the launches after it may read
+    its results, which it has not made yet.
+    """
     queue = _queues.get(device.index)
-    while queue:
+    while queue and not draining:
         compiling = queue[0].plan.compiling
         if compiling is not None and not compiling.done():
             return
@@ -154,6 +179,14 @@ def flush(device: Device, upto: _Launch | None = None) -> None:
         _run_next(queue)
 
 
+def flush_all() -> None:
+    """Run every queued launch on every device (tests use it so no launch outlives its test)."""
+    for index in list(_queues):
+        flush_queue = _queues[index]
+        while flush_queue:
+            _run_next(flush_queue)
+
+
 def _run_next(queue: collections.deque) -> None:
     global backlog, draining
     with _lock:
@@ -164,8 +197,10 @@ def _run_next(queue: collections.deque) -> None:
         draining += 1
         try:
             launch.run()
-        except BaseException as error:
-            launch.error = error
+        except Exception as error:  # raised where one of its results is read, not here
+            launch.fail(error)
+        except BaseException as error:  # Ctrl-C stops the program now
+            launch.fail(error)
             raise
         finally:
             launch.done = True

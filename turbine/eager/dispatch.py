@@ -78,6 +78,8 @@ def _plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
                 raise  # a copy made by torch would not alias the input as a view must
             plan = _FallbackPlan(func, reason)
         _plans[key] = plan
+        if isinstance(plan, _KernelPlan):
+            plan.forget = lambda: _plans.pop(key, None)
     return plan(leaves, args, kwargs)
 
 
@@ -371,6 +373,8 @@ class _KernelPlan:
         self.compiling = kernel if isinstance(kernel, CompilingKernel) else None
         self.kernel = None if self.compiling else kernel
         self.failure: Exception | None = None
+        #: Drops the plan from the plan cache (set by whoever stores it): see deferred.kernel_of.
+        self.forget: Callable[[], None] = lambda: None
         self.scalar_dtypes = scalar_dtypes
         self.outputs = outputs  # a DenseLayout, or None, per output
         self.torch_device = torch_device(device)
