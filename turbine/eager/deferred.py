@@ -172,19 +172,19 @@ def advance(device: Device) -> None:
         _run_next(queue)
 
 
-def flush(device: Device, upto: _Launch | None = None) -> None:
-    """Run ``device``'s queued launches in order, waiting for compiles: all of them, or up to ``upto``."""
+def flush(device: Device, upto: _Launch) -> None:
+    """Run ``device``'s queued launches in order, waiting for compiles, until ``upto`` has run."""
     queue = _queues.get(device.index)
-    while queue and not (upto is not None and upto.done):
+    while queue and not upto.done:
         _run_next(queue)
 
 
 def flush_all() -> None:
     """Run every queued launch on every device (tests use it so no launch outlives its test)."""
     for index in list(_queues):
-        flush_queue = _queues[index]
-        while flush_queue:
-            _run_next(flush_queue)
+        queue = _queues[index]
+        while queue:
+            _run_next(queue)
 
 
 def _run_next(queue: collections.deque) -> None:
