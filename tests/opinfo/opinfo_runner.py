@@ -228,7 +228,7 @@ def _closer_to_float64(
 
 #: Ops that return the indices of equal values in an order torch leaves open (its CPU and CUDA
 #: kernels differ too): the position of each ``dim`` argument.
-_TIES = {"topk": 1, "sort": 0}
+_TIES = {"topk": 1, "sort": 0, "kthvalue": 1}
 
 
 def _values_of_ties(name: str, sample: SampleInput, actual: Any, expected: Any) -> tuple[Any, Any]:
@@ -238,7 +238,11 @@ def _values_of_ties(name: str, sample: SampleInput, actual: Any, expected: Any) 
     dim = sample.kwargs.get("dim", args[position] if len(args) > position and type(args[position]) is int else -1)
     values, indices = actual[0].cpu(), actual[1].cpu()
     source = sample.input if sample.input.dim() else sample.input.reshape(1)
-    picked = source.gather(dim, indices.reshape(-1) if sample.input.dim() == 0 else indices)
+    if sample.input.dim() == 0:
+        indices = indices.reshape(-1)
+    elif indices.dim() < source.dim():  # a reduction without keepdim (kthvalue)
+        indices = indices.unsqueeze(dim)
+    picked = source.gather(dim, indices)
     torch.testing.assert_close(picked.reshape(values.shape), values, equal_nan=True, atol=0, rtol=0)
     return actual[0], expected[0]
 
