@@ -156,3 +156,25 @@ def test_a_launch_that_cannot_run_fails_its_dependents_not_unrelated_ops(monkeyp
     monkeypatch.undo()
     # The op starts over on its next call (its plan forgot the stopped compile).
     assert_close(torch.erf(x).cpu(), torch.erf(a))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: torch.ops.aten.native_batch_norm(*t, False, 0.1, 1e-5),
+        lambda t: torch.ops.aten._native_batch_norm_legit_no_training(*t, 0.1, 1e-5),
+        lambda t: torch.ops.aten._batch_norm_no_update(*t, 0.1, 1e-5),
+    ],
+    ids=["native_batch_norm", "legit_no_training", "no_update"],
+)
+def test_ops_whose_shape_rule_and_kernel_disagree_give_the_kernel_shapes(call):
+    """torch's shape rule gives these batch statistics [C], its kernel [0]: the lowering that
+    follows the rule is refused and torch's kernel runs, before any tensor is handed out."""
+    inputs = [torch.randn(4, 3, 5), torch.randn(3), torch.randn(3), torch.randn(3), torch.rand(3) + 0.5]
+    expected = call([t.clone() for t in inputs])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", turbine.TurbineFallbackWarning)
+        actual = call([t.to(D) for t in inputs])
+        assert [tuple(a.shape) for a in actual] == [tuple(e.shape) for e in expected]
+        for a, e in zip(actual, expected):
+            assert_close(a.cpu(), e)

@@ -129,10 +129,17 @@ class _Launch:
             args, kwargs = self.call
             result = fallback.run(plan.func, tuple(args), kwargs, plan.failure)
             results = list(result) if isinstance(result, (tuple, list)) else [result]
-            for pending, out in zip(self.outputs, results):
-                if pending is not None:
-                    buffer = dense(out)._storage.buffer
-                    pending.fill(buffer.hal, buffer.ready)
+            for pending, out, layout in zip(self.outputs, results, plan.outputs):
+                if pending is None:
+                    continue
+                if tuple(out.shape) != layout.sizes:
+                    raise RuntimeError(
+                        f"{plan.func}: torch's kernel gave a result of shape {list(out.shape)} where its shape rule, "
+                        f"which the tensor returned by the op was given, says {list(layout.sizes)}. Run with "
+                        "TURBINE_BACKGROUND_COMPILE=0, and please report the op to turbine."
+                    )
+                buffer = dense(out)._storage.buffer
+                pending.fill(buffer.hal, buffer.ready)
             return
         views, waits = [], []
         for tensor in self.tensors:

@@ -544,13 +544,23 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
         "outputs": [None if m is None else [list(m.shape), str(m.dtype).replace("torch.", "")] for m in metas],
         "structure": kind,
     }
-    if deferred.enabled():
+    if deferred.enabled() and func not in _SHAPE_RULE_DIFFERS:
         lowering.prepare()
         kernel = kernel_cache.start(signature, device, lowerings, _describe(func, leaves), metadata)
     else:
         kernel = kernel_cache.kernel(signature, device, lowerings, _describe(func, leaves), metadata)
     outputs = [None if m is None else DenseLayout(tuple(m.shape), m.dtype) for m in metas]
     return _KernelPlan(func, device, kernel, scalar_dtypes, outputs, _STRUCTURES[kind])
+
+
+#: Ops whose results torch's shape rule gives other shapes than its kernel (the batch statistics
+#: of batch norm in eval mode: [C] against [0]). Their kernels compile in the foreground: the
+#: lowering is refused (``checked``) before the op hands out tensors of the rule's shapes.
+_SHAPE_RULE_DIFFERS = {
+    aten.native_batch_norm.default,
+    aten._native_batch_norm_legit_no_training.default,
+    aten._batch_norm_no_update.default,
+}
 
 
 def _no_lowering() -> str:
