@@ -383,14 +383,10 @@ class _KernelPlan:
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         if self.kernel is None or deferred.backlog:  # compiling, failed, or launches wait
             deferred.advance(self.device)
-            if self.compiling is not None and (deferred.draining or self.compiling.done()):
-                deferred.kernel_of(self)
+            if self._must_queue():
+                return self._queue(leaves, args, kwargs)
             if self.failure is not None:
                 return fallback.run(self.func, args, kwargs, self.failure)
-            if (self.compiling is not None or deferred.waiting(self.device)) and not deferred.draining:
-                pending = deferred.defer(self, leaves, args, kwargs, self._scalar_views(leaves))
-                outs = [None if layout is None else layout.make(buffer, None, self.torch_device) for layout, buffer in zip(self.outputs, pending)]
-                return self.structure(outs)
         device = self.device
         views = []
         waits = []
@@ -406,6 +402,24 @@ class _KernelPlan:
         results = iter(enqueue(self.kernel, device, views, join(waits)))
         torch_device = self.torch_device
         return self.structure([None if layout is None else layout.make(*next(results), torch_device) for layout in self.outputs])
+
+    def _must_queue(self) -> bool:
+        """Whether this call's launch waits: its kernel is compiling, or launches wait before it.
+
+        Takes the kernel once its compile has finished, or waits for it inside a queued launch
+        (a fallback's ops run then and must not queue behind later launches).
+        """
+        if self.compiling is not None and (deferred.draining or self.compiling.done()):
+            deferred.kernel_of(self)
+        if self.failure is not None or deferred.draining:
+            return False
+        return self.compiling is not None or deferred.waiting(self.device)
+
+    def _queue(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        """Queue the launch; the results are tensors over its pending buffers."""
+        pending = deferred.defer(self, leaves, args, kwargs, self._scalar_views(leaves))
+        torch_device = self.torch_device
+        return self.structure([None if layout is None else layout.make(buffer, None, torch_device) for layout, buffer in zip(self.outputs, pending)])
 
     def _scalar_views(self, leaves: Leaves) -> list:
         return [scalar_view(self.device, value, dtype) for value, dtype in zip(leaves.scalars, self.scalar_dtypes)]
