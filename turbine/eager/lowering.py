@@ -192,8 +192,8 @@ def lower(fn: Callable, inputs: Sequence[tuple[tuple[int, ...], torch.dtype]], d
     # torch's C++ code can reach turbine with Python dispatch turned off (tensor creation from
     # data does); tracing needs it back on, so the trace runs with it re-enabled.
     excluded = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.Python)
-    # make_fx keeps its decomposition table in a module global, so traces from the compile
-    # threads (kernels_cache ``start``) take turns.
+    # make_fx keeps its current tracer in a module global (_CURRENT_MAKE_FX_TRACER in torch
+    # 2.13), so traces from the compile threads (kernels_cache ``start``) take turns.
     with _tracing, torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded):
         graph_module = make_fx(fn, tracing_mode="fake", decomposition_table=table)(*examples)
     importer = FxImporter()
