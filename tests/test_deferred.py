@@ -178,3 +178,14 @@ def test_ops_whose_shape_rule_and_kernel_disagree_give_the_kernel_shapes(call):
         assert [tuple(a.shape) for a in actual] == [tuple(e.shape) for e in expected]
         for a, e in zip(actual, expected):
             assert_close(a.cpu(), e)
+
+
+@pytest.mark.skipif(not D.startswith("turbine:cpu"), reason="two CPU devices stand in for two devices")
+def test_each_device_has_its_own_queue_and_pending_tensors_move_between_them():
+    a, b = torch.randn(3, 59), torch.randn(3, 59)
+    x, y = a.to("turbine:cpu"), b.to("turbine:cpu1")
+    p = torch.sinh(x) * 0.5  # waits on turbine:cpu
+    q = torch.cosh(y) * 0.25  # waits on turbine:cpu1
+    moved = p.to("turbine:cpu1")  # a pending tensor crosses devices
+    assert_close((moved + q).cpu(), torch.sinh(a) * 0.5 + torch.cosh(b) * 0.25)
+    assert not deferred.waiting(y.turbine_device)
