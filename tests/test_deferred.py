@@ -158,23 +158,34 @@ def test_a_launch_that_cannot_run_fails_its_dependents_not_unrelated_ops(monkeyp
     assert_close(torch.erf(x).cpu(), torch.erf(a))
 
 
+def _batch_norm_inputs() -> list[torch.Tensor]:
+    return [torch.randn(4, 3, 5), torch.randn(3), torch.randn(3), torch.randn(3), torch.rand(3) + 0.5]
+
+
+def _embedding_bag_inputs() -> list[torch.Tensor]:
+    return [torch.randn(10, 3), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4])]
+
+
 @pytest.mark.parametrize(
-    "call",
+    "call, inputs",
     [
-        lambda t: torch.ops.aten.native_batch_norm(*t, False, 0.1, 1e-5),
-        lambda t: torch.ops.aten._native_batch_norm_legit_no_training(*t, 0.1, 1e-5),
-        lambda t: torch.ops.aten._batch_norm_no_update(*t, 0.1, 1e-5),
+        (lambda t: torch.ops.aten.native_batch_norm(*t, False, 0.1, 1e-5), _batch_norm_inputs),
+        (lambda t: torch.ops.aten._native_batch_norm_legit_no_training(*t, 0.1, 1e-5), _batch_norm_inputs),
+        (lambda t: torch.ops.aten._batch_norm_no_update(*t, 0.1, 1e-5), _batch_norm_inputs),
+        (lambda t: torch.ops.aten._embedding_bag(*t), _embedding_bag_inputs),
+        (lambda t: torch.ops.aten._embedding_bag_forward_only(*t), _embedding_bag_inputs),
     ],
-    ids=["native_batch_norm", "legit_no_training", "no_update"],
+    ids=["native_batch_norm", "legit_no_training", "no_update", "embedding_bag", "embedding_bag_forward_only"],
 )
-def test_ops_whose_shape_rule_and_kernel_disagree_give_the_kernel_shapes(call):
-    """torch's shape rule gives these batch statistics [C], its kernel [0]: the lowering that
-    follows the rule is refused and torch's kernel runs, before any tensor is handed out."""
-    inputs = [torch.randn(4, 3, 5), torch.randn(3), torch.randn(3), torch.randn(3), torch.rand(3) + 0.5]
-    expected = call([t.clone() for t in inputs])
+def test_ops_whose_shape_rule_and_kernel_disagree_give_the_kernel_shapes(call, inputs):
+    """torch's shape rule gives batch norm's statistics in eval mode [C] and embedding_bag's
+    offset2bag [N] where its kernels give [0]: the lowering that follows the rule is refused and
+    torch's kernel runs, before any tensor is handed out."""
+    values = inputs()
+    expected = call([t.clone() for t in values])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", turbine.TurbineFallbackWarning)
-        actual = call([t.to(D) for t in inputs])
+        actual = call([t.to(D) for t in values])
         assert [tuple(a.shape) for a in actual] == [tuple(e.shape) for e in expected]
         for a, e in zip(actual, expected):
             assert_close(a.cpu(), e)
@@ -189,3 +200,14 @@ def test_each_device_has_its_own_queue_and_pending_tensors_move_between_them():
     moved = p.to("turbine:cpu1")  # a pending tensor crosses devices
     assert_close((moved + q).cpu(), torch.sinh(a) * 0.5 + torch.cosh(b) * 0.25)
     assert not deferred.waiting(y.turbine_device)
+
+
+def test_compile_threads_trace_ops_as_the_issuing_thread_does(stats):
+    """A composite op must reach the decomposition table whole on a compile thread too: there
+    isclose once came decomposed by torch (into an in-place op IREE cannot lower) and fell back."""
+    a = torch.randn(3, 61)
+    b = a + torch.randn(3, 61) * 1e-3
+    x, y = _on(a, b)
+    assert torch.allclose(x, y, rtol=0.1, atol=1e-2) == torch.allclose(a, b, rtol=0.1, atol=1e-2)
+    assert not torch.allclose(x, y, rtol=0.0, atol=1e-9)
+    assert "aten.isclose.default" not in stats()["fallbacks"]

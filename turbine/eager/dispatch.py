@@ -568,12 +568,15 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
 
 
 #: Ops whose results torch's shape rule gives other shapes than its kernel (the batch statistics
-#: of batch norm in eval mode: [C] against [0]). Their kernels compile in the foreground: the
-#: lowering is refused (``checked``) before the op hands out tensors of the rule's shapes.
+#: of batch norm in eval mode: [C] against [0]; embedding_bag's offset2bag in sum mode: [N]
+#: against [0]). Their kernels compile in the foreground: the lowering is refused (``checked``)
+#: before the op hands out tensors of the rule's shapes. Found by the OpInfo coverage run.
 _SHAPE_RULE_DIFFERS = {
     aten.native_batch_norm.default,
     aten._native_batch_norm_legit_no_training.default,
     aten._batch_norm_no_update.default,
+    aten._embedding_bag.default,
+    aten._embedding_bag_forward_only.default,
 }
 
 

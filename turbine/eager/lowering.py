@@ -189,13 +189,16 @@ def lower(fn: Callable, inputs: Sequence[tuple[tuple[int, ...], torch.dtype]], d
     # torch.empty reserves address space but touches no memory, so large shapes cost nothing here.
     examples = [torch.empty(sizes, dtype=dtype) for sizes, dtype in inputs]
     table = decompositions() if decompose else None
-    # torch's C++ code can reach turbine with Python dispatch turned off (tensor creation from
-    # data does); tracing needs it back on, so the trace runs with it re-enabled.
-    excluded = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.Python)
-    # make_fx keeps its current tracer in a module global (_CURRENT_MAKE_FX_TRACER in torch
-    # 2.13), so traces from the compile threads (kernels_cache ``start``) take turns.
-    with _tracing, torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded):
-        graph_module = make_fx(fn, tracing_mode="fake", decomposition_table=table)(*examples)
+    # Traces see ops as turbine's dispatch does, below autograd: there a composite op (isclose)
+    # arrives whole and the decomposition table decides; above it, a compile thread saw torch's
+    # own decomposition (an in-place bitwise_and_ IREE cannot lower). torch's C++ code can also
+    # reach turbine with Python dispatch turned off (tensor creation from data does); tracing
+    # needs it back on. make_fx keeps its current tracer in a module global
+    # (_CURRENT_MAKE_FX_TRACER in torch 2.13), so traces from compile threads take turns.
+    with _tracing, torch._C._AutoDispatchBelowADInplaceOrView():
+        excluded = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.Python)
+        with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded):
+            graph_module = make_fx(fn, tracing_mode="fake", decomposition_table=table)(*examples)
     importer = FxImporter()
     importer.import_stateless_graph(graph_module.graph, func_name="main")
     return str(importer.module)
