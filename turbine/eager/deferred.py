@@ -52,8 +52,7 @@ def enabled() -> bool:
 
 def waiting(device: Device) -> bool:
     """Whether launches wait on ``device``."""
-    queue = _queues.get(device.index)
-    return bool(queue)
+    return bool(_queues.get(device.index))
 
 
 def kernel_of(plan: Any) -> None:

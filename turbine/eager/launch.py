@@ -35,5 +35,5 @@ def enqueue(kernel: Kernel, device: Device, views: list, wait: rt.HalFence) -> l
     """``launch`` for a caller that has the inputs' fence already (the hot path of every op)."""
     results, ready = kernel.invoke(views, wait, device.new_fence())
     counters.dispatches += 1
-    views = [results.get_as_object(index, _VIEW) for index in range(results.size)]
-    return [(Buffer(device, view.get_buffer(), ready, view.byte_length), view) for view in views]
+    outputs = [results.get_as_object(index, _VIEW) for index in range(results.size)]
+    return [(Buffer(device, view.get_buffer(), ready, view.byte_length), view) for view in outputs]

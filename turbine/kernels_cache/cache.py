@@ -107,9 +107,7 @@ class KernelCache:
         alternative. Threads asking for different new signatures compile them at the same time;
         threads asking for the same one share its compile.
         """
-        target = target_for(device)
-        key = (signature, target.key(), LOWERING_VERSION)
-        kernel = self._memory_hit(key, device)
+        target, key, kernel = self._lookup(signature, device)
         if kernel is not None:
             return kernel
         entry = self._found_or_compiled(key, target, lower, describe, metadata or {})
@@ -128,9 +126,7 @@ class KernelCache:
         CompilingKernel whose compile (lowering included) runs on one of ``config.compile_jobs``
         threads, so an eager program can go on issuing ops while new kernels compile side by side.
         """
-        target = target_for(device)
-        key = (signature, target.key(), LOWERING_VERSION)
-        kernel = self._memory_hit(key, device)
+        target, key, kernel = self._lookup(signature, device)
         if kernel is not None:
             return kernel
         with self._lock:
@@ -174,8 +170,7 @@ class KernelCache:
         The eager layer asks this first so that a warm process can build a plan from the
         kernel's metadata alone, without tracing or checking the op again.
         """
-        key = (signature, target_for(device).key(), LOWERING_VERSION)
-        kernel = self._memory_hit(key, device)
+        _, key, kernel = self._lookup(signature, device)
         if kernel is not None:
             return kernel
         with self._lock:
@@ -198,6 +193,12 @@ class KernelCache:
         if entry is not None:
             self._vmfb[key] = entry
         return entry
+
+    def _lookup(self, signature: tuple, device: Device) -> tuple[Target, tuple, Kernel | None]:
+        """A signature's target and full key on a device, and its kernel if already loaded there."""
+        target = target_for(device)
+        key = (signature, target.key(), LOWERING_VERSION)
+        return target, key, self._memory_hit(key, device)
 
     def _memory_hit(self, key: tuple, device: Device) -> Kernel | None:
         kernel = self._loaded.get((key, device.index))
