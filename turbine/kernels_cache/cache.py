@@ -31,11 +31,15 @@ LOWERING_VERSION = 6
 
 
 class KernelStore(Protocol):
-    """Where compiled modules outlive the process (the disk layer plugs in here)."""
+    """Where compiled modules outlive the process (the disk layer plugs in here).
+
+    A record is a dict of plain values: what the cache says of a module (its op, target, the
+    caller's ``metadata``, which inputs it hands back: ``tied``); ``save`` returns it as stored.
+    """
 
     def load(self, digest: str) -> tuple[bytes, dict] | None: ...
 
-    def save(self, digest: str, vmfb: bytes, record: dict) -> None: ...
+    def save(self, digest: str, module: bytes, record: dict) -> dict: ...
 
     def load_failure(self, digest: str) -> str | None: ...
 
@@ -61,8 +65,7 @@ class CompilingKernel:
     def result(self) -> Kernel:
         """The loaded kernel, once compiled (waits); raises the compile's CompileError."""
         entry = self._future.result()
-        with self._cache._lock:
-            return self._cache._install(self._key, self._device, entry)
+        return self._cache._install(self._key, self._device, entry)
 
 
 def digest_of(key: tuple) -> str:
@@ -76,7 +79,7 @@ class KernelCache:
     def __init__(self, store: KernelStore | None = None) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._vmfb: dict[tuple, tuple[bytes, dict]] = {}  # key -> (module, metadata)
+        self._entries: dict[tuple, tuple[bytes, dict]] = {}  # key -> (module, record)
         self._loaded: dict[tuple, Kernel] = {}
         self._failed: dict[tuple, CompileError] = {}
         self._compiling: dict[tuple, threading.Event] = {}  # keys a thread is compiling now
@@ -85,7 +88,7 @@ class KernelCache:
     def clear_memory(self) -> None:
         """Forget every kernel and failure held in memory (the store is left alone)."""
         with self._lock:
-            self._vmfb.clear()
+            self._entries.clear()
             self._loaded.clear()
             self._failed.clear()
 
@@ -111,8 +114,7 @@ class KernelCache:
         if kernel is not None:
             return kernel
         entry = self._found_or_compiled(key, target, lower, describe, metadata or {})
-        with self._lock:
-            return self._install(key, device, entry)
+        return self._install(key, device, entry)
 
     def start(
         self,
@@ -131,17 +133,17 @@ class KernelCache:
             return kernel
         with self._lock:
             entry = self._entry(key, describe)
-            if entry is not None:
-                return self._install(key, device, entry)
-            if self._compilers is None:
+            if entry is None and self._compilers is None:
                 self._compilers = ThreadPoolExecutor(max(1, config.compile_jobs), thread_name_prefix="turbine-compile")
+        if entry is not None:
+            return self._install(key, device, entry)
         future = self._compilers.submit(self._found_or_compiled, key, target, lower, describe, metadata or {})
         return CompilingKernel(self, key, device, future)
 
     def _found_or_compiled(
         self, key: tuple, target: Target, lower: Callable[[], str] | Sequence[Callable[[], str]], describe: str, metadata: dict
     ) -> tuple[bytes, dict]:
-        """A key's module and metadata from memory or the store, else compiled here. Threads
+        """A key's module and record from memory or the store, else compiled here. Threads
         asking for different new keys compile them at the same time; threads asking for the same
         one share its compile."""
         while True:
@@ -157,7 +159,7 @@ class KernelCache:
         try:
             entry = self._compile(key, target, lower, describe, metadata)
             with self._lock:
-                self._vmfb[key] = entry
+                self._entries[key] = entry
             return entry
         finally:
             with self._lock:
@@ -178,20 +180,20 @@ class KernelCache:
                 entry = self._entry(key, describe)
             except CompileError:
                 return None  # a cached failure: the caller's full path raises it
-            return None if entry is None else self._install(key, device, entry)
+        return None if entry is None else self._install(key, device, entry)
 
     def _entry(self, key: tuple, describe: str) -> tuple[bytes, dict] | None:
-        """The module and metadata of a key from memory or the store, or None; raises a known
+        """The module and record of a key from memory or the store, or None; raises a known
         failure. Called with the lock held."""
         if key in self._failed:
             raise self._failed[key]
-        entry = self._vmfb.get(key)
+        entry = self._entries.get(key)
         if entry is not None:
             counters.cache_hits_memory += 1
             return entry
         entry = self._load(key, describe)
         if entry is not None:
-            self._vmfb[key] = entry
+            self._entries[key] = entry
         return entry
 
     def _lookup(self, signature: tuple, device: Device) -> tuple[Target, tuple, Kernel | None]:
@@ -209,11 +211,32 @@ class KernelCache:
         return kernel
 
     def _install(self, key: tuple, device: Device, entry: tuple[bytes, dict]) -> Kernel:
-        """The kernel of an entry loaded on a device (once: threads may race to it). Lock held."""
+        """The kernel of an entry loaded on a device (once: threads may race to it).
+
+        The module loads outside the lock (about 60 us), so compile threads finishing meanwhile
+        do not wait for it; a thread that loses the race drops its copy.
+        """
         kernel = self._loaded.get((key, device.index))
-        if kernel is None:
-            kernel = self._loaded[(key, device.index)] = Kernel(device, entry[0], entry[1])
-        return kernel
+        if kernel is not None:
+            return kernel
+        module, record = entry
+        loaded = Kernel(device, module, record.get("metadata", {}), record.get("tied"))
+        if "tied" not in record:
+            loaded.on_probe = lambda tied: self._remember_tied(key, tied)
+        with self._lock:
+            return self._loaded.setdefault((key, device.index), loaded)
+
+    def _remember_tied(self, key: tuple, tied: tuple[int, ...]) -> None:
+        """Keep which inputs a module hands back with its entry, so kernels loaded later (on other
+        devices, in later processes) skip the probe that found it (kernel.py)."""
+        with self._lock:
+            module, record = self._entries.get(key) or (None, None)
+            if record is None or "tied" in record:
+                return
+            record = dict(record, tied=list(tied))
+            self._entries[key] = (module, record)
+        if self.store is not None:
+            self.store.save(digest_of(key), module, record)
 
     def _load(self, key: tuple, describe: str) -> tuple[bytes, dict] | None:
         """The store's entry for a key, or None; raises the cached CompileError of a known failure."""
@@ -223,8 +246,7 @@ class KernelCache:
         found = self.store.load(digest)
         if found is not None:
             counters.cache_hits_disk += 1
-            vmfb, record = found
-            return vmfb, record.get("metadata", {})
+            return found
         failure = self.store.load_failure(digest)
         if failure is not None:
             error = CompileError(f"{describe} failed to compile earlier (cached failure):\n{failure}")
@@ -263,19 +285,19 @@ class KernelCache:
         with self._lock:
             counters.kernels_compiled += 1
         log.debug("compiled %s in %.2f s", describe, seconds)
+        record = {
+            "op": describe,
+            "signature": repr(key[0]),
+            "target": f"{target.backend} {target.arch}".strip(),
+            "flags": list(target.flags),
+            "compiler": key[1][-1],
+            "lowering_version": LOWERING_VERSION,
+            "compile_seconds": round(seconds, 3),
+            "metadata": metadata,
+        }
         if self.store is not None:
-            record = {
-                "op": describe,
-                "signature": repr(key[0]),
-                "target": f"{target.backend} {target.arch}".strip(),
-                "flags": list(target.flags),
-                "compiler": key[1][-1],
-                "lowering_version": LOWERING_VERSION,
-                "compile_seconds": round(seconds, 3),
-                "metadata": metadata,
-            }
-            self.store.save(digest, vmfb, record)
-        return vmfb, metadata
+            record = self.store.save(digest, vmfb, record)
+        return vmfb, record
 
 
 def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> bytes:

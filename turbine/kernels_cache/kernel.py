@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import iree.runtime as rt
 
 from turbine.device import Device
@@ -17,14 +19,14 @@ class Kernel:
     its input in place: iree-org/iree#16168). Callers rely on inputs never changing, so the
     first call runs on device-side copies of every input and records which inputs came back as
     results (``tied``); later calls copy just those inputs. Which inputs are tied is fixed when
-    the module is compiled, so one probe per kernel is enough.
+    the module is compiled, so one probe per module is enough: the kernel cache keeps its
+    answer (``on_probe``) and hands it to kernels loaded later.
     """
 
-    __slots__ = ("device", "vmfb", "metadata", "context", "function", "tied")
+    __slots__ = ("device", "metadata", "context", "function", "tied", "on_probe")
 
-    def __init__(self, device: Device, vmfb: bytes, metadata: dict | None = None) -> None:
+    def __init__(self, device: Device, vmfb: bytes, metadata: dict | None = None, tied: list[int] | None = None) -> None:
         self.device = device
-        self.vmfb = vmfb
         #: What the caller stored with the kernel (the eager layer: its output layouts).
         self.metadata = metadata or {}
         module = rt.VmModule.copy_buffer(device.instance, vmfb)
@@ -32,7 +34,9 @@ class Kernel:
         self.function = module.lookup_function("main$async")
         if self.function is None:
             raise RuntimeError("compiled module has no main$async entry point")
-        self.tied: tuple[int, ...] | None = None
+        self.tied: tuple[int, ...] | None = None if tied is None else tuple(tied)
+        #: Told the probe's answer once it is known.
+        self.on_probe: Callable[[tuple[int, ...]], None] | None = None
 
     def invoke(
         self, inputs: list[rt.HalBufferView], wait: rt.HalFence, signal: rt.HalFence
@@ -57,6 +61,8 @@ class Kernel:
         if probing:
             outputs = [results.get_as_object(i, rt.HalBufferView).get_buffer() for i in range(results.size)]
             self.tied = tuple(i for i, view in enumerate(inputs) if view.get_buffer() in outputs)
+            if self.on_probe is not None:
+                self.on_probe(self.tied)
         return results, ready
 
     def _call(self, inputs: list[rt.HalBufferView], wait: rt.HalFence, signal: rt.HalFence) -> rt.VmVariantList:

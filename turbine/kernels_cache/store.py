@@ -2,15 +2,21 @@
 
 Layout under the cache directory::
 
-    kernels/<d[:2]>/<digest>.vmfb    the compiled module
-    kernels/<d[:2]>/<digest>.json    its record: op, signature, target, sizes, sha256, times
+    kernels/<d[:2]>/<digest>.kernel  one file per entry, three parts:
+                                      line 1: the sha256 of everything after it
+                                      line 2: its record, as JSON: op, signature, target, sizes, times
+                                      then the compiled module
     failed/<digest>.json             a signature that failed to compile (a negative entry)
+
+One file per entry because a warm process reads one entry per kernel it runs: one open and one
+read each, and one checksum that covers the record as well as the module (a record with a
+damaged output shape would build a wrong plan). ``sed -n 2p`` shows a record.
 
 The digest is a sha256 of the full cache key (signature, target, compiler version, lowering
 version), so a new compiler or lowering never reads an old entry. Every file is written to a
 temporary name and renamed into place, so readers see a whole entry or none, and processes that
-compile the same signature at once each leave a valid entry. A module's mtime is its last use;
-the store evicts least recently used modules past its size limit. A store that cannot write
+compile the same signature at once each leave a valid entry. An entry's mtime is its last use;
+the store evicts least recently used entries past its size limit. A store that cannot write
 (read-only or full directory) warns once and the process carries on from memory.
 """
 
@@ -31,13 +37,32 @@ import filelock
 
 log = logging.getLogger("turbine")
 
-
 class CacheWarning(UserWarning):
     """The kernel cache could not be used as asked (corrupt entry, unwritable directory)."""
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _parse(data: bytes) -> tuple[memoryview, dict]:
+    """The module and record of an entry file's bytes; ValueError if it is damaged."""
+    checksum_end = data.find(b"\n")
+    record_end = data.find(b"\n", checksum_end + 1)
+    if checksum_end != 64 or record_end < 0:
+        raise ValueError("no checksum and record lines")
+    if hashlib.sha256(memoryview(data)[65:]).hexdigest().encode() != data[:64]:
+        raise ValueError("checksum does not match")
+    record = json.loads(data[65:record_end])
+    module = memoryview(data)[record_end + 1 :]
+    if record.get("bytes") != len(module):
+        raise ValueError("size does not match its record")
+    return module, record
+
+
+def _entry_bytes(module: bytes, record: dict) -> bytes:
+    body = json.dumps(record).encode() + b"\n" + bytes(module)
+    return hashlib.sha256(body).hexdigest().encode() + b"\n" + body
 
 
 class DiskStore:
@@ -47,6 +72,7 @@ class DiskStore:
         self.root = Path(root)
         self.max_bytes = max_bytes
         self.writable = True
+        self._kernels = os.path.join(root, "kernels")  # a str: path building is on the load path
         self._warned: set[str] = set()
         try:
             (self.root / "kernels").mkdir(parents=True, exist_ok=True)
@@ -56,37 +82,36 @@ class DiskStore:
 
     # --- paths ----------------------------------------------------------------------------
 
-    def _module_path(self, digest: str) -> Path:
-        return self.root / "kernels" / digest[:2] / f"{digest}.vmfb"
-
-    def _record_path(self, digest: str) -> Path:
-        return self.root / "kernels" / digest[:2] / f"{digest}.json"
+    def entry_path(self, digest: str) -> str:
+        return f"{self._kernels}/{digest[:2]}/{digest}.kernel"
 
     def _failure_path(self, digest: str) -> Path:
         return self.root / "failed" / f"{digest}.json"
 
     # --- reading --------------------------------------------------------------------------
 
-    def load(self, digest: str) -> tuple[bytes, dict] | None:
+    def load(self, digest: str) -> tuple[memoryview, dict] | None:
         """The module for a digest and its record, or None. A damaged entry is removed (one warning) and misses."""
-        path = self._module_path(digest)
+        path = self.entry_path(digest)
         try:
-            data = path.read_bytes()
-            record = json.loads(self._record_path(digest).read_text())
+            with open(path, "rb") as handle:
+                data = handle.read()
         except (FileNotFoundError, NotADirectoryError):
             return None
         except PermissionError as error:
             self._warn_once("unreadable", f"turbine's kernel cache at {self.root} cannot be read ({error.strerror}).")
             return None
-        except (OSError, ValueError) as error:
+        except OSError as error:
             self._discard(digest, f"unreadable ({error})")
             return None
-        if record.get("bytes") != len(data) or record.get("sha256") != hashlib.sha256(data).hexdigest():
-            self._discard(digest, "truncated or corrupt (size or checksum does not match its record)")
+        try:
+            module, record = _parse(data)
+        except ValueError as error:
+            self._discard(digest, f"truncated or corrupt ({error})")
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # the mtime is the last use, for eviction and `cache list`
-        return data, record
+        return module, record
 
     def load_failure(self, digest: str) -> str | None:
         """The compiler's message for a signature that failed before, or None."""
@@ -97,13 +122,13 @@ class DiskStore:
 
     # --- writing --------------------------------------------------------------------------
 
-    def save(self, digest: str, vmfb: bytes, record: dict) -> None:
-        record = dict(record, bytes=len(vmfb), sha256=hashlib.sha256(vmfb).hexdigest(), created=_now())
-        if not self._write(self._module_path(digest), vmfb):
-            return
-        # The record lands last: a module without its record reads as missing, never as valid.
-        if self._write(self._record_path(digest), json.dumps(record, indent=1).encode()):
+    def save(self, digest: str, module: bytes, record: dict) -> dict:
+        """Write an entry (replacing any); returns the record as written, with its size and the
+        time it was first created (kept when an entry is rewritten)."""
+        record = dict(record, bytes=len(module), created=record.get("created") or _now())
+        if self._write(Path(self.entry_path(digest)), _entry_bytes(module, record)):
             self._evict()
+        return record
 
     def save_failure(self, digest: str, message: str, record: dict) -> None:
         self._write(self._failure_path(digest), json.dumps(dict(record, error=message, created=_now())).encode())
@@ -141,9 +166,8 @@ class DiskStore:
         self._warn_once(
             f"corrupt-{digest}", f"turbine's kernel cache entry {digest[:12]} was {why}; it is removed and recompiled."
         )
-        for path in (self._module_path(digest), self._record_path(digest)):
-            with contextlib.suppress(OSError):
-                path.unlink()
+        with contextlib.suppress(OSError):
+            os.unlink(self.entry_path(digest))
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -153,36 +177,48 @@ class DiskStore:
     # --- size limit -----------------------------------------------------------------------
 
     def _evict(self) -> None:
-        """Remove least recently used modules until the store fits in ``max_bytes``."""
-        entries = list(self.entries())
-        total = sum(e["bytes"] for e in entries)
+        """Remove least recently used entries until the store fits in ``max_bytes``."""
+        files = list(self._entry_files())
+        total = sum(size for _, size, _ in files)
         if total <= self.max_bytes:
             return
         with filelock.FileLock(str(self.root / ".evict.lock"), timeout=10):
-            for entry in sorted(entries, key=lambda e: e["last_used"]):
+            for path, size, _ in sorted(files, key=lambda file: file[2]):
                 if total <= self.max_bytes:
                     break
-                self.remove(entry["digest"])
-                total -= entry["bytes"]
-                log.info("kernel cache: evicted %s (%d bytes)", entry["op"], entry["bytes"])
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                total -= size
+                log.info("kernel cache: evicted %s (%d bytes)", os.path.basename(path), size)
+
+    def _entry_files(self) -> Iterator[tuple[str, int, float]]:
+        """(path, bytes, last use) of every entry file, from the directory alone."""
+        for shard in os.scandir(self._kernels):
+            if not shard.is_dir():
+                continue
+            for file in os.scandir(shard.path):
+                if file.name.endswith(".kernel"):
+                    with contextlib.suppress(OSError):
+                        stat = file.stat()
+                        yield file.path, stat.st_size, stat.st_mtime
 
     # --- listing and clearing (the CLI) ---------------------------------------------------
 
     def entries(self) -> Iterator[dict]:
-        """Every complete entry: digest, op, bytes, created, last_used (a timestamp), record."""
-        for record_path in (self.root / "kernels").glob("*/*.json"):
-            module = record_path.with_suffix(".vmfb")
+        """Every entry: digest, op, bytes, created, last_used (a timestamp), record."""
+        for path, size, last_used in self._entry_files():
             try:
-                record = json.loads(record_path.read_text())
-                stat = module.stat()
+                with open(path, "rb") as handle:
+                    handle.readline()  # the checksum
+                    record = json.loads(handle.readline())
             except (OSError, ValueError):
                 continue
             yield {
-                "digest": record_path.stem,
+                "digest": os.path.basename(path).removesuffix(".kernel"),
                 "op": record.get("op", "?"),
-                "bytes": stat.st_size,
+                "bytes": size,
                 "created": record.get("created", "?"),
-                "last_used": stat.st_mtime,
+                "last_used": last_used,
                 "record": record,
             }
 
@@ -194,20 +230,18 @@ class DiskStore:
         return found
 
     def remove(self, digest: str) -> None:
-        for path in (self._module_path(digest), self._record_path(digest)):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.entry_path(digest))
 
     def clear(self, failed_only: bool = False) -> int:
-        """Delete every entry (or only the negative ones); returns how many went."""
+        """Delete every entry (or only the negative ones); returns how many went. Files of an
+        older layout and leftovers of interrupted writes under ``kernels/`` go too."""
         count = 0
         for path in (self.root / "failed").glob("*.json"):
             path.unlink()
             count += 1
         if not failed_only:
-            for entry in list(self.entries()):
-                self.remove(entry["digest"])
-                count += 1
-            for leftover in (self.root / "kernels").glob("*/.tmp-*"):
-                leftover.unlink()
+            for path in (self.root / "kernels").glob("*/*"):
+                path.unlink()
+                count += path.suffix == ".kernel"
         return count
