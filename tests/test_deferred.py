@@ -158,6 +158,32 @@ def test_a_launch_that_cannot_run_fails_its_dependents_not_unrelated_ops(monkeyp
     assert_close(torch.erf(x).cpu(), torch.erf(a))
 
 
+def test_ops_a_queued_fallback_issues_run_before_the_launches_queued_after_it(monkeypatch, stats):
+    """A queued launch whose compile failed runs the fallback policy. Should that fallback issue
+    turbine ops, they run there and then; the launches queued after it wait (they may read its
+    results, which it has not made yet)."""
+    from turbine.eager import fallback
+
+    run_fallback = fallback.run
+    draining_seen = []
+
+    def through_turbine_ops(func, args, kwargs, reason):
+        if func is not torch.ops.aten.special_airy_ai.default:
+            return run_fallback(func, args, kwargs, reason)
+        draining_seen.append(deferred.draining)
+        return args[0] * 2.0 + 1.0  # turbine ops, one of them with a new kernel
+
+    monkeypatch.setattr(fallback, "run", through_turbine_ops)
+    a = torch.rand(7, 59) + 0.5
+    x = a.to(D)
+    y = torch.sqrt(x)  # compiles in the background
+    z = torch.special.airy_ai(y)  # queued; its compile fails, so its launch runs the fallback
+    w = z - y  # queued after it, reads z
+    assert_close(w.cpu(), torch.sqrt(a) + 1.0)
+    assert draining_seen and draining_seen[0] > 0  # the fallback did run inside the queue
+    assert stats()["deferred_launches"] >= 3
+
+
 def _batch_norm_inputs() -> list[torch.Tensor]:
     return [torch.randn(4, 3, 5), torch.randn(3), torch.randn(3), torch.randn(3), torch.rand(3) + 0.5]
 

@@ -65,3 +65,28 @@ def test_a_broadcast_single_element_uploads():
     x = torch.tensor(3.0).expand(1)
     assert x.stride() == (0,)
     torch.testing.assert_close(x.to(D).cpu(), torch.tensor([3.0]))
+
+
+def test_a_download_mapped_with_stride_0_reads_as_a_whole_tensor(monkeypatch):
+    """IREE can map a buffer filled with one repeated byte as a stride-0 array (found by the
+    OpInfo run); reading it must still give a tensor of its own, with the shape and values."""
+    import numpy as np
+
+    from turbine.eager import transfer
+
+    x = torch.full((3, 4), 2.5).to(D)
+    real = transfer.download
+
+    def as_stride_0(buffer, nbytes):
+        first = real(buffer, nbytes)[:1].copy()
+        return np.lib.stride_tricks.as_strided(first, (nbytes,), (0,))  # every byte is the first one
+
+    monkeypatch.setattr(transfer, "download", as_stride_0)
+    zeros = torch.zeros(3, 4).to(D)
+    read = zeros.cpu()
+    assert read.shape == (3, 4) and read.is_contiguous()
+    torch.testing.assert_close(read, torch.zeros(3, 4))
+    read += 1  # the host copy is writable and independent of the mapping
+    torch.testing.assert_close(read, torch.ones(3, 4))
+    monkeypatch.undo()
+    torch.testing.assert_close(x.cpu(), torch.full((3, 4), 2.5))
