@@ -223,6 +223,22 @@ def test_size_limit_evicts_least_recently_used(tmp_path):
     assert sum(e["bytes"] for e in store.entries()) <= 3500
 
 
+def test_saves_list_the_directory_only_when_the_limit_may_be_passed(tmp_path, monkeypatch):
+    """A cache of many entries must not be listed at every save (a cold run saves each kernel,
+    then rewrites it once its tied inputs are known)."""
+    store = DiskStore(tmp_path, max_bytes=6000)
+    listings = []
+    entry_files = store._entry_files
+    monkeypatch.setattr(store, "_entry_files", lambda: listings.append(1) or entry_files())
+    for i in range(4):
+        store.save(f"{i}" * 64, bytes([i]) * 1000, {"op": f"op{i}"})
+    assert len(listings) == 1  # the first save learns the size; the next ones add to it
+    for i in range(4, 8):
+        store.save(f"{i}" * 64, bytes([i]) * 1000, {"op": f"op{i}"})
+    assert len(listings) > 1  # past the limit: listed again, and evicted
+    assert sum(e["bytes"] for e in store.entries()) <= 6000
+
+
 def test_failed_compile_is_remembered_across_processes(tmp_path):
     script = textwrap.dedent(
         """

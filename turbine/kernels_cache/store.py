@@ -72,6 +72,10 @@ class DiskStore:
         self.root = Path(root)
         self.max_bytes = max_bytes
         self.writable = True
+        #: Bytes the store holds, as far as this process knows: scanned at its first write, then
+        #: counted up by its own writes (an overestimate: rewrites count again), so a write does
+        #: not list the directory until the limit may have been passed.
+        self._bytes: int | None = None
         self._kernels = os.path.join(root, "kernels")  # a str: path building is on the load path
         self._warned: set[str] = set()
         try:
@@ -126,8 +130,14 @@ class DiskStore:
         """Write an entry (replacing any); returns the record as written, with its size and the
         time it was first created (kept when an entry is rewritten)."""
         record = dict(record, bytes=len(module), created=record.get("created") or _now())
-        if self._write(Path(self.entry_path(digest)), _entry_bytes(module, record)):
-            self._evict()
+        data = _entry_bytes(module, record)
+        if self._write(Path(self.entry_path(digest)), data):
+            if self._bytes is None:
+                self._bytes = sum(size for _, size, _ in self._entry_files())
+            else:
+                self._bytes += len(data)
+            if self._bytes > self.max_bytes:
+                self._evict()
         return record
 
     def save_failure(self, digest: str, message: str, record: dict) -> None:
@@ -180,16 +190,16 @@ class DiskStore:
         """Remove least recently used entries until the store fits in ``max_bytes``."""
         files = list(self._entry_files())
         total = sum(size for _, size, _ in files)
-        if total <= self.max_bytes:
-            return
-        with filelock.FileLock(str(self.root / ".evict.lock"), timeout=10):
-            for path, size, _ in sorted(files, key=lambda file: file[2]):
-                if total <= self.max_bytes:
-                    break
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-                total -= size
-                log.info("kernel cache: evicted %s (%d bytes)", os.path.basename(path), size)
+        if total > self.max_bytes:
+            with filelock.FileLock(str(self.root / ".evict.lock"), timeout=10):
+                for path, size, _ in sorted(files, key=lambda file: file[2]):
+                    if total <= self.max_bytes:
+                        break
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+                    total -= size
+                    log.info("kernel cache: evicted %s (%d bytes)", os.path.basename(path), size)
+        self._bytes = total
 
     def _entry_files(self) -> Iterator[tuple[str, int, float]]:
         """(path, bytes, last use) of every entry file, from the directory alone."""
