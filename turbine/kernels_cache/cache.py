@@ -213,7 +213,7 @@ class KernelCache:
     def _install(self, key: tuple, device: Device, entry: tuple[bytes, dict]) -> Kernel:
         """The kernel of an entry loaded on a device (once: threads may race to it).
 
-        The module loads outside the lock (about 60 us), so compile threads finishing meanwhile
+        The module loads outside the lock (60-120 us), so compile threads finishing meanwhile
         do not wait for it; a thread that loses the race drops its copy.
         """
         kernel = self._loaded.get((key, device.index))

@@ -37,6 +37,7 @@ import filelock
 
 log = logging.getLogger("turbine")
 
+
 class CacheWarning(UserWarning):
     """The kernel cache could not be used as asked (corrupt entry, unwritable directory)."""
 
@@ -76,7 +77,7 @@ class DiskStore:
         #: counted up by its own writes (an overestimate: rewrites count again), so a write does
         #: not list the directory until the limit may have been passed.
         self._bytes: int | None = None
-        self._kernels = os.path.join(root, "kernels")  # a str: path building is on the load path
+        self._kernels = os.path.join(root, "kernels")
         self._warned: set[str] = set()
         try:
             (self.root / "kernels").mkdir(parents=True, exist_ok=True)
@@ -87,6 +88,7 @@ class DiskStore:
     # --- paths ----------------------------------------------------------------------------
 
     def entry_path(self, digest: str) -> str:
+        """Where a digest's entry lives (a str: this is on every load's path)."""
         return f"{self._kernels}/{digest[:2]}/{digest}.kernel"
 
     def _failure_path(self, digest: str) -> Path:
