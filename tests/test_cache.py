@@ -223,6 +223,22 @@ def test_size_limit_evicts_least_recently_used(tmp_path):
     assert sum(e["bytes"] for e in store.entries()) <= 3500
 
 
+def test_files_of_the_old_layout_count_toward_the_limit_and_go_first(tmp_path):
+    """An older turbine kept each entry as a .vmfb and a .json: those files are no entries now,
+    but they use the disk, so the size limit counts and evicts them."""
+    shard = tmp_path / "kernels" / "ab"
+    shard.mkdir(parents=True)
+    for suffix in (".vmfb", ".json"):
+        old = shard / f"{'ab' * 32}{suffix}"
+        old.write_bytes(b"x" * 1500)
+        os.utime(old, (1000, 1000))
+    store = DiskStore(tmp_path, max_bytes=2000)
+    assert not list(store.entries())
+    store.save("c" * 64, b"c" * 1000, {"op": "new"})
+    assert not list(shard.iterdir())  # about 4100 bytes were past the limit: the old files went
+    assert [e["op"] for e in store.entries()] == ["new"]
+
+
 def test_saves_list_the_directory_only_when_the_limit_may_be_passed(tmp_path, monkeypatch):
     """A cache of many entries must not be listed at every save (a cold run saves each kernel,
     then rewrites it once its tied inputs are known)."""

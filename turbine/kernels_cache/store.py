@@ -204,21 +204,26 @@ class DiskStore:
         self._bytes = total
 
     def _entry_files(self) -> Iterator[tuple[str, int, float]]:
-        """(path, bytes, last use) of every entry file, from the directory alone."""
-        for shard in os.scandir(self._kernels):
-            if not shard.is_dir():
-                continue
-            for file in os.scandir(shard.path):
-                if file.name.endswith(".kernel"):
-                    with contextlib.suppress(OSError):
-                        stat = file.stat()
-                        yield file.path, stat.st_size, stat.st_mtime
+        """(path, bytes, last use) of every file under ``kernels/`` but writes in flight, from the
+        directory alone: entries, and files an older turbine left in another layout, which
+        count toward the size limit too and, unused since, are evicted first."""
+        with contextlib.suppress(FileNotFoundError):
+            for shard in os.scandir(self._kernels):
+                if not shard.is_dir():
+                    continue
+                for file in os.scandir(shard.path):
+                    if not file.name.startswith(".tmp-"):
+                        with contextlib.suppress(OSError):
+                            stat = file.stat()
+                            yield file.path, stat.st_size, stat.st_mtime
 
     # --- listing and clearing (the CLI) ---------------------------------------------------
 
     def entries(self) -> Iterator[dict]:
         """Every entry: digest, op, bytes, created, last_used (a timestamp), record."""
         for path, size, last_used in self._entry_files():
+            if not path.endswith(".kernel"):
+                continue
             try:
                 with open(path, "rb") as handle:
                     handle.readline()  # the checksum
