@@ -82,11 +82,12 @@ def test_a_download_mapped_with_stride_0_reads_as_a_whole_tensor(monkeypatch):
         return np.lib.stride_tricks.as_strided(first, (nbytes,), (0,))  # every byte is the first one
 
     monkeypatch.setattr(transfer, "download", as_stride_0)
-    zeros = torch.zeros(3, 4).to(D)
-    read = zeros.cpu()
+    value = int(torch.randint(-100, 100, ()))  # one repeated byte: a random int8
+    filled = torch.full((3, 4), value, dtype=torch.int8)
+    read = filled.to(D).cpu()
     assert read.shape == (3, 4) and read.is_contiguous()
-    torch.testing.assert_close(read, torch.zeros(3, 4))
+    torch.testing.assert_close(read, filled)
     read += 1  # the host copy is writable and independent of the mapping
-    torch.testing.assert_close(read, torch.ones(3, 4))
+    torch.testing.assert_close(read, filled + 1)
     monkeypatch.undo()
     torch.testing.assert_close(x.cpu(), torch.full((3, 4), 2.5))

@@ -37,9 +37,9 @@ class KernelStore(Protocol):
     caller's ``metadata``, which inputs it hands back: ``tied``); ``save`` returns it as stored.
     """
 
-    def load(self, digest: str) -> tuple[bytes, dict] | None: ...
+    def load(self, digest: str) -> tuple[bytes | memoryview, dict] | None: ...
 
-    def save(self, digest: str, module: bytes, record: dict) -> dict: ...
+    def save(self, digest: str, module: bytes | memoryview, record: dict) -> dict: ...
 
     def load_failure(self, digest: str) -> str | None: ...
 
@@ -79,7 +79,7 @@ class KernelCache:
     def __init__(self, store: KernelStore | None = None) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._entries: dict[tuple, tuple[bytes, dict]] = {}  # key -> (module, record)
+        self._entries: dict[tuple, tuple[bytes | memoryview, dict]] = {}  # key -> (module, record)
         self._loaded: dict[tuple, Kernel] = {}
         self._failed: dict[tuple, CompileError] = {}
         self._compiling: dict[tuple, threading.Event] = {}  # keys a thread is compiling now

@@ -25,7 +25,7 @@ class Kernel:
 
     __slots__ = ("device", "metadata", "context", "function", "tied", "on_probe")
 
-    def __init__(self, device: Device, vmfb: bytes, metadata: dict | None = None, tied: list[int] | None = None) -> None:
+    def __init__(self, device: Device, vmfb: bytes | memoryview, metadata: dict | None = None, tied: list[int] | None = None) -> None:
         self.device = device
         #: What the caller stored with the kernel (the eager layer: its output layouts).
         self.metadata = metadata or {}

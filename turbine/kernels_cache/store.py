@@ -61,7 +61,7 @@ def _parse(data: bytes) -> tuple[memoryview, dict]:
     return module, record
 
 
-def _entry_bytes(module: bytes, record: dict) -> bytes:
+def _entry_bytes(module: bytes | memoryview, record: dict) -> bytes:
     body = json.dumps(record).encode() + b"\n" + bytes(module)
     return hashlib.sha256(body).hexdigest().encode() + b"\n" + body
 
@@ -128,7 +128,7 @@ class DiskStore:
 
     # --- writing --------------------------------------------------------------------------
 
-    def save(self, digest: str, module: bytes, record: dict) -> dict:
+    def save(self, digest: str, module: bytes | memoryview, record: dict) -> dict:
         """Write an entry (replacing any); returns the record as written, with its size and the
         time it was first created (kept when an entry is rewritten)."""
         record = dict(record, bytes=len(module), created=record.get("created") or _now())
