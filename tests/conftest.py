@@ -9,12 +9,16 @@ import tempfile
 # A fresh kernel cache per test session: tests count compiles and must not depend on (or fill)
 # the user's cache. Set before turbine is imported, since the cache reads it at import.
 os.environ.setdefault("TURBINE_CACHE_DIR", tempfile.mkdtemp(prefix="turbine-test-cache-"))
+# No bundle builder after the test session: it would compile every kernel the tests used (the
+# tests of bundles turn them on for themselves).
+os.environ.setdefault("TURBINE_CACHE_BUNDLES", "0")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import turbine  # noqa: E402
-from turbine.eager import deferred  # noqa: E402
+from turbine.eager import deferred, dispatch  # noqa: E402
+from turbine.kernels_cache import DiskStore, kernel_cache  # noqa: E402
 
 DEVICE = "turbine:cpu"
 
@@ -43,3 +47,19 @@ def _no_launch_outlives_its_test():
     yield
     with contextlib.suppress(Exception):
         deferred.flush_all()
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """This process's kernel cache on an empty directory, with plans and memory cleared."""
+    store = DiskStore(tmp_path / "cache", 2**30)
+    monkeypatch.setattr(kernel_cache, "store", store)
+    forget_memory()
+    yield store
+    forget_memory()
+
+
+def forget_memory() -> None:
+    """Forget kernels and plans, as a new process would start (the disk store stays)."""
+    kernel_cache.clear_memory()
+    dispatch.clear_plans()

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import turbine
+from conftest import forget_memory
 from turbine.eager import dispatch
 from turbine.kernels_cache import CacheWarning, DiskStore, kernel_cache
 from turbine.kernels_cache import cache as cache_module
@@ -35,23 +36,6 @@ def run_workload(cache_dir, script=WORKLOAD, **env):
     result = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
-
-
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    """This process's kernel cache on an empty directory, with plans and memory cleared."""
-    store = DiskStore(tmp_path / "cache", 2**30)
-    monkeypatch.setattr(kernel_cache, "store", store)
-    kernel_cache.clear_memory()
-    dispatch.clear_plans()
-    yield store
-    kernel_cache.clear_memory()
-    dispatch.clear_plans()
-
-
-def forget_memory():
-    kernel_cache.clear_memory()
-    dispatch.clear_plans()
 
 
 def test_second_process_compiles_nothing(tmp_path):

@@ -63,6 +63,11 @@ class Config:
     cache_dir: str = ""
     #: Size limit of the disk cache; least recently used kernels go first.
     cache_max_bytes: int = 2 * 1024**3
+    #: Compile the kernels a process used into one module when it exits, so that the next
+    #: process loads them at once (kernels_cache/bundles.py).
+    cache_bundles: bool = True
+    #: The fewest kernels, used and in no bundle yet, that make a process build a bundle.
+    bundle_min_kernels: int = 8
     #: Show a progress bar (terminal, notebook) or log lines while kernels compile.
     progress: bool = True
     #: What runs an op no IREE kernel can run: "device", "host" or "error" (eager/fallback.py).
@@ -93,6 +98,8 @@ class Config:
             cache_enabled=_env_bool("TURBINE_CACHE", True),
             cache_dir=os.environ.get("TURBINE_CACHE_DIR", "") or platformdirs.user_cache_dir("turbine"),
             cache_max_bytes=_env_int("TURBINE_CACHE_MAX_BYTES", 2 * 1024**3, "bytes"),
+            cache_bundles=_env_bool("TURBINE_CACHE_BUNDLES", True),
+            bundle_min_kernels=_env_int("TURBINE_BUNDLE_MIN_KERNELS", 8, "kernels"),
             progress=_env_bool("TURBINE_PROGRESS", True),
             fallback=os.environ.get("TURBINE_FALLBACK", "device") or "device",
             cpu_workers=_env_int("TURBINE_CPU_WORKERS", default_cpu_workers(), "worker threads"),

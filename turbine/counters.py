@@ -13,6 +13,7 @@ _NAMES = (
     "compile_failures",
     "cache_hits_memory",
     "cache_hits_disk",
+    "bundles_loaded",
     "dispatches",
     "host_transfers",
     "host_transfer_bytes",

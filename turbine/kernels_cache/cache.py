@@ -7,6 +7,7 @@ too (a negative cache), so a signature IREE cannot compile costs one compile, no
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import threading
@@ -18,8 +19,9 @@ from turbine.config import config
 from turbine.counters import counters
 from turbine.device import Device
 from turbine.errors import CompileError
+from turbine.kernels_cache import bundles
 from turbine.kernels_cache.compiler import compile_mlir
-from turbine.kernels_cache.kernel import Kernel
+from turbine.kernels_cache.kernel import Kernel, LoadedModule
 from turbine.kernels_cache.progress import BURST_GAP, progress
 from turbine.kernels_cache.store import DiskStore
 from turbine.kernels_cache.target import Target, target_for
@@ -44,6 +46,24 @@ class KernelStore(Protocol):
     def load_failure(self, digest: str) -> str | None: ...
 
     def save_failure(self, digest: str, message: str, record: dict) -> None: ...
+
+    def save_source(self, digest: str, text: str) -> None: ...
+
+    def load_bundle(self, digest: str) -> tuple[bytes | memoryview, dict] | None: ...
+
+
+class Bundle:
+    """A bundle's module (bundles.py), loaded at most once per device for all its members."""
+
+    def __init__(self, module: bytes | memoryview) -> None:
+        self.module = module
+        self._loaded: dict[int, LoadedModule] = {}
+
+    def on(self, device: Device) -> LoadedModule:
+        loaded = self._loaded.get(device.index)
+        if loaded is None:
+            loaded = self._loaded.setdefault(device.index, LoadedModule(device, self.module))
+        return loaded
 
 
 class CompilingKernel:
@@ -79,7 +99,12 @@ class KernelCache:
     def __init__(self, store: KernelStore | None = None) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._entries: dict[tuple, tuple[bytes | memoryview, dict]] = {}  # key -> (module, record)
+        #: key -> (module, record); a bundle member's module is its Bundle, its record names its function
+        self._entries: dict[tuple, tuple[bytes | memoryview | Bundle, dict]] = {}
+        #: digest -> (Bundle, record) of members of loaded bundles not asked for yet
+        self._members: dict[str, tuple[Bundle, dict]] = {}
+        #: keys of kernels this process loaded that could join a bundle and are in none, in order of first use
+        self._unbundled: dict[tuple, None] = {}
         self._loaded: dict[tuple, Kernel] = {}
         self._failed: dict[tuple, CompileError] = {}
         self._compiling: dict[tuple, threading.Event] = {}  # keys a thread is compiling now
@@ -89,6 +114,8 @@ class KernelCache:
         """Forget every kernel and failure held in memory (the store is left alone)."""
         with self._lock:
             self._entries.clear()
+            self._members.clear()
+            self._unbundled.clear()
             self._loaded.clear()
             self._failed.clear()
 
@@ -220,7 +247,12 @@ class KernelCache:
         if kernel is not None:
             return kernel
         module, record = entry
-        loaded = Kernel(device, module, record.get("metadata", {}), record.get("tied"))
+        if isinstance(module, Bundle):
+            loaded = Kernel(device, module.on(device), record["function"], record.get("metadata"), record.get("tied"))
+        else:
+            loaded = Kernel(device, LoadedModule(device, module), "main", record.get("metadata"), record.get("tied"))
+            if record.get("source"):
+                self._unbundled[key] = None
         if "tied" not in record:
             loaded.on_probe = lambda tied: self._remember_tied(key, tied)
         with self._lock:
@@ -235,7 +267,7 @@ class KernelCache:
                 return
             record = dict(record, tied=list(tied))
             self._entries[key] = (module, record)
-        if self.store is not None:
+        if self.store is not None and not isinstance(module, Bundle):  # a bundle's members probe in each process
             self.store.save(digest_of(key), module, record)
 
     def _load(self, key: tuple, describe: str) -> tuple[bytes, dict] | None:
@@ -243,16 +275,41 @@ class KernelCache:
         if self.store is None:
             return None
         digest = digest_of(key)
+        member = self._members.pop(digest, None)
+        if member is not None:
+            counters.cache_hits_disk += 1
+            return member
         found = self.store.load(digest)
         if found is not None:
             counters.cache_hits_disk += 1
-            return found
+            bundle = found[1].get("bundle")
+            return (bundle and config.cache_bundles and self._open_bundle(bundle, digest)) or found
         failure = self.store.load_failure(digest)
         if failure is not None:
             error = CompileError(f"{describe} failed to compile earlier (cached failure):\n{failure}")
             self._failed[key] = error
             raise error
         return None
+
+    def _open_bundle(self, bundle: str, digest: str) -> tuple[Bundle, dict] | None:
+        """A member's entry from its bundle, every other member kept for its first use; None if
+        the bundle is gone (evicted, damaged: the member's own entry serves)."""
+        found = self.store.load_bundle(bundle)
+        if found is None:
+            return None
+        module, record = found
+        shared = Bundle(module)
+        for member, info in record["members"].items():
+            self._members[member] = (shared, dict(info["record"], bundle=bundle, function=info["function"]))
+        counters.bundles_loaded += 1
+        return self._members.pop(digest, None)
+
+    def bundle_at_exit(self) -> None:
+        """Start building a bundle of the kernels this process used that are in none (bundles.py)."""
+        if not config.cache_bundles or self.store is None or not getattr(self.store, "writable", False):
+            return
+        if len(self._unbundled) >= max(2, config.bundle_min_kernels):
+            bundles.start_builder(self.store, [digest_of(key) for key in self._unbundled])
 
     def _compile(  # called without the lock, so that threads compile side by side
         self,
@@ -266,7 +323,7 @@ class KernelCache:
         start = time.perf_counter()
         progress.compiling(describe)
         try:
-            vmfb = _compile_first(lower if isinstance(lower, Sequence) else [lower], target)
+            vmfb, text = _compile_first(lower if isinstance(lower, Sequence) else [lower], target)
         except CompileError as error:
             failure = CompileError(
                 f"IREE could not compile {describe} for {target.backend} ({target.arch or 'default'}):\n{error}\n"
@@ -294,14 +351,17 @@ class KernelCache:
             "lowering_version": LOWERING_VERSION,
             "compile_seconds": round(seconds, 3),
             "metadata": metadata,
+            "source": bundles.bundleable(text),  # kept beside the entry, to compile into bundles
         }
         if self.store is not None:
+            if record["source"]:
+                self.store.save_source(digest, text)
             record = self.store.save(digest, vmfb, record)
         return vmfb, record
 
 
-def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> bytes:
-    """The module of the first lowering that compiles; else the first lowering's error, with the
+def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> tuple[bytes, str]:
+    """The module and MLIR of the first lowering that compiles; else the first lowering's error, with the
     first line of each other lowering's error after it (a decomposition's own failure, say)."""
     errors: list[CompileError] = []
     for lower in lowerings:
@@ -314,7 +374,7 @@ def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> by
             errors.append(CompileError(f"turbine could not lower it: {type(error).__name__}: {error}"))
             continue
         try:
-            return compile_mlir(text, target)
+            return compile_mlir(text, target), text
         except CompileError as error:
             errors.append(error)
     first, *others = errors
@@ -336,3 +396,4 @@ def default_store() -> DiskStore | None:
 
 
 kernel_cache = KernelCache(default_store())
+atexit.register(kernel_cache.bundle_at_exit)

@@ -6,7 +6,11 @@ Layout under the cache directory::
                                       line 1: the sha256 of everything after it
                                       line 2: its record, as JSON: op, signature, target, sizes, times
                                       then the compiled module
-    failed/<digest>.json             a signature that failed to compile (a negative entry)
+    kernels/<d[:2]>/<digest>.mlir    the MLIR the entry was compiled from, for bundles
+    kernels/<d[:2]>/<digest>.bundle  a bundle: one module holding many entries' kernels
+                                      (bundles.py), laid out as an entry; its record names
+                                      each member's function and holds the member's record
+    failed/<digest>.json             a signature (or a bundle) that failed to compile
 
 One file per entry because a warm process reads one entry per kernel it runs: one open and one
 read each, and one checksum that covers the record as well as the module (a record with a
@@ -91,6 +95,12 @@ class DiskStore:
         """Where a digest's entry lives (a str: this is on every load's path)."""
         return f"{self._kernels}/{digest[:2]}/{digest}.kernel"
 
+    def source_path(self, digest: str) -> str:
+        return f"{self._kernels}/{digest[:2]}/{digest}.mlir"
+
+    def bundle_path(self, digest: str) -> str:
+        return f"{self._kernels}/{digest[:2]}/{digest}.bundle"
+
     def _failure_path(self, digest: str) -> Path:
         return self.root / "failed" / f"{digest}.json"
 
@@ -98,7 +108,23 @@ class DiskStore:
 
     def load(self, digest: str) -> tuple[memoryview, dict] | None:
         """The module for a digest and its record, or None. A damaged entry is removed (one warning) and misses."""
-        path = self.entry_path(digest)
+        return self._read(self.entry_path(digest), f"entry {digest[:12]}")
+
+    def load_bundle(self, digest: str) -> tuple[memoryview, dict] | None:
+        """A bundle's module and record (``members``: digest -> function and record), or None."""
+        return self._read(self.bundle_path(digest), f"bundle {digest[:12]}")
+
+    def load_source(self, digest: str) -> str | None:
+        """The MLIR an entry was compiled from, or None (an entry from before sources were kept)."""
+        try:
+            with open(self.source_path(digest), encoding="utf-8") as handle:
+                return handle.read()
+        except (OSError, ValueError):
+            return None
+
+    def _read(self, path: str, what: str) -> tuple[memoryview, dict] | None:
+        """A file in the entry layout, its mtime set to now (its last use); None if it is absent,
+        unreadable or damaged (then removed, with one warning)."""
         try:
             with open(path, "rb") as handle:
                 data = handle.read()
@@ -108,12 +134,12 @@ class DiskStore:
             self._warn_once("unreadable", f"turbine's kernel cache at {self.root} cannot be read ({error.strerror}).")
             return None
         except OSError as error:
-            self._discard(digest, f"unreadable ({error})")
+            self._discard(path, what, f"unreadable ({error})")
             return None
         try:
             module, record = _parse(data)
         except ValueError as error:
-            self._discard(digest, f"truncated or corrupt ({error})")
+            self._discard(path, what, f"truncated or corrupt ({error})")
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # the mtime is the last use, for eviction and `cache list`
@@ -132,15 +158,26 @@ class DiskStore:
         """Write an entry (replacing any); returns the record as written, with its size and the
         time it was first created (kept when an entry is rewritten)."""
         record = dict(record, bytes=len(module), created=record.get("created") or _now())
-        data = _entry_bytes(module, record)
-        if self._write(Path(self.entry_path(digest)), data):
+        self._save_file(self.entry_path(digest), _entry_bytes(module, record))
+        return record
+
+    def save_source(self, digest: str, text: str) -> None:
+        self._save_file(self.source_path(digest), text.encode())
+
+    def save_bundle(self, digest: str, module: bytes | memoryview, members: dict) -> None:
+        """Write a bundle; ``members`` maps each member's digest to its function and record."""
+        record = {"members": members, "bytes": len(module), "created": _now()}
+        self._save_file(self.bundle_path(digest), _entry_bytes(module, record))
+
+    def _save_file(self, path: str, data: bytes) -> None:
+        """Write a file under ``kernels/`` and keep the store within its size limit."""
+        if self._write(Path(path), data):
             if self._bytes is None:
                 self._bytes = sum(size for _, size, _ in self._entry_files())
             else:
                 self._bytes += len(data)
             if self._bytes > self.max_bytes:
                 self._evict()
-        return record
 
     def save_failure(self, digest: str, message: str, record: dict) -> None:
         self._write(self._failure_path(digest), json.dumps(dict(record, error=message, created=_now())).encode())
@@ -174,12 +211,10 @@ class DiskStore:
             "in memory for this process only. Set TURBINE_CACHE_DIR to a writable directory, or TURBINE_CACHE=0.",
         )
 
-    def _discard(self, digest: str, why: str) -> None:
-        self._warn_once(
-            f"corrupt-{digest}", f"turbine's kernel cache entry {digest[:12]} was {why}; it is removed and recompiled."
-        )
+    def _discard(self, path: str, what: str, why: str) -> None:
+        self._warn_once(f"corrupt-{path}", f"turbine's kernel cache {what} was {why}; it is removed and recompiled.")
         with contextlib.suppress(OSError):
-            os.unlink(self.entry_path(digest))
+            os.unlink(path)
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -205,8 +240,8 @@ class DiskStore:
 
     def _entry_files(self) -> Iterator[tuple[str, int, float]]:
         """(path, bytes, last use) of every file under ``kernels/`` but writes in flight, from the
-        directory alone: entries, and files an older turbine left in another layout, which
-        count toward the size limit too and, unused since, are evicted first."""
+        directory alone: entries, their sources, bundles, and files an older turbine left in
+        another layout, which count toward the size limit too and, unused since, are evicted first."""
         with contextlib.suppress(FileNotFoundError):
             for shard in os.scandir(self._kernels):
                 if not shard.is_dir():
