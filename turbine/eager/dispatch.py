@@ -468,7 +468,7 @@ def _fold_alpha(func: Any, call_args: list, call_kwargs: dict) -> None:
 
 def _kernel_signature(func: Any, leaves: Leaves) -> tuple[tuple, list]:
     """The kernel cache's signature of a call, and the dtypes its runtime scalars are passed as."""
-    reference = _scalar_reference(leaves)
+    reference = _scalar_reference(leaves) if leaves.scalars else None
     scalar_dtypes = [
         check_kernel_dtype(_scalar_dtype(v, reference), f"a scalar argument of {func}") for v in leaves.scalars
     ]
@@ -493,7 +493,7 @@ def _stored_kernel_plan(func: Any, leaves: Leaves) -> _KernelPlan | None:
     if any(t.numel() == 0 for t in leaves.tensors):
         return None  # _zero_size decides these, from the meta call
     signature, scalar_dtypes = _kernel_signature(func, leaves)
-    kernel = kernel_cache.stored(signature, leaves.device, _describe(func, leaves))
+    kernel = kernel_cache.stored(signature, leaves.device)
     if kernel is None or "outputs" not in kernel.metadata:
         return None
     outputs = [None if o is None else DenseLayout(tuple(o[0]), getattr(torch, o[1])) for o in kernel.metadata["outputs"]]

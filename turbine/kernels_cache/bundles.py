@@ -84,7 +84,7 @@ def build(store: DiskStore, digests: list[str]) -> str | None:
             continue
         name = f"k{len(members)}"
         sources[name] = text
-        members[digest] = {"function": name, "record": record}
+        members[digest] = {"function": name, "metadata": record.get("metadata", {}), "tied": record.get("tied")}
     if len(members) < 2:
         return None
     bundle = hashlib.sha256(" ".join(sorted(members)).encode()).hexdigest()

@@ -193,8 +193,9 @@ class KernelCache:
                 del self._compiling[key]
             compiling.set()
 
-    def stored(self, signature: tuple, device: Device, describe: str) -> Kernel | None:
-        """The kernel for a signature if memory or the store has it; never compiles.
+    def stored(self, signature: tuple, device: Device) -> Kernel | None:
+        """The kernel for a signature if memory or the store has it; never compiles, and
+        never looks for a failure (the caller's full path, ``kernel`` or ``start``, does).
 
         The eager layer asks this first so that a warm process can build a plan from the
         kernel's metadata alone, without tracing or checking the op again.
@@ -203,13 +204,16 @@ class KernelCache:
         if kernel is not None:
             return kernel
         with self._lock:
-            try:
-                entry = self._entry(key, describe)
-            except CompileError:
-                return None  # a cached failure: the caller's full path raises it
+            if key in self._failed:
+                return None
+            entry = self._entries.get(key)
+            if entry is not None:
+                counters.cache_hits_memory += 1
+            else:
+                entry = self._load_entry(key)
         return None if entry is None else self._install(key, device, entry)
 
-    def _entry(self, key: tuple, describe: str) -> tuple[bytes, dict] | None:
+    def _entry(self, key: tuple, describe: str) -> tuple[bytes | memoryview | Bundle, dict] | None:
         """The module and record of a key from memory or the store, or None; raises a known
         failure. Called with the lock held."""
         if key in self._failed:
@@ -218,9 +222,9 @@ class KernelCache:
         if entry is not None:
             counters.cache_hits_memory += 1
             return entry
-        entry = self._load(key, describe)
-        if entry is not None:
-            self._entries[key] = entry
+        entry = self._load_entry(key)
+        if entry is None:
+            self._raise_stored_failure(key, describe)
         return entry
 
     def _lookup(self, signature: tuple, device: Device) -> tuple[Target, tuple, Kernel | None]:
@@ -253,7 +257,7 @@ class KernelCache:
             loaded = Kernel(device, LoadedModule(device, module), "main", record.get("metadata"), record.get("tied"))
             if record.get("source"):
                 self._unbundled[key] = None
-        if "tied" not in record:
+        if record.get("tied") is None:
             loaded.on_probe = lambda tied: self._remember_tied(key, tied)
         with self._lock:
             return self._loaded.setdefault((key, device.index), loaded)
@@ -263,33 +267,39 @@ class KernelCache:
         devices, in later processes) skip the probe that found it (kernel.py)."""
         with self._lock:
             module, record = self._entries.get(key) or (None, None)
-            if record is None or "tied" in record:
+            if record is None or record.get("tied") is not None:
                 return
             record = dict(record, tied=list(tied))
             self._entries[key] = (module, record)
         if self.store is not None and not isinstance(module, Bundle):  # a bundle's members probe in each process
             self.store.save(digest_of(key), module, record)
 
-    def _load(self, key: tuple, describe: str) -> tuple[bytes, dict] | None:
-        """The store's entry for a key, or None; raises the cached CompileError of a known failure."""
+    def _load_entry(self, key: tuple) -> tuple[bytes | memoryview | Bundle, dict] | None:
+        """The store's entry for a key (from a loaded bundle, else its file), kept in memory; or
+        None. Called with the lock held."""
         if self.store is None:
             return None
         digest = digest_of(key)
-        member = self._members.pop(digest, None)
-        if member is not None:
+        entry = self._members.pop(digest, None)
+        if entry is None:
+            entry = self.store.load(digest)
+            bundle = entry and entry[1].get("bundle")
+            if bundle and config.cache_bundles:
+                entry = self._open_bundle(bundle, digest) or entry
+        if entry is not None:
             counters.cache_hits_disk += 1
-            return member
-        found = self.store.load(digest)
-        if found is not None:
-            counters.cache_hits_disk += 1
-            bundle = found[1].get("bundle")
-            return (bundle and config.cache_bundles and self._open_bundle(bundle, digest)) or found
-        failure = self.store.load_failure(digest)
+            self._entries[key] = entry
+        return entry
+
+    def _raise_stored_failure(self, key: tuple, describe: str) -> None:
+        """Raise the store's CompileError for a key that failed to compile before, if any."""
+        if self.store is None:
+            return
+        failure = self.store.load_failure(digest_of(key))
         if failure is not None:
             error = CompileError(f"{describe} failed to compile earlier (cached failure):\n{failure}")
             self._failed[key] = error
             raise error
-        return None
 
     def _open_bundle(self, bundle: str, digest: str) -> tuple[Bundle, dict] | None:
         """A member's entry from its bundle, every other member kept for its first use; None if
@@ -300,7 +310,7 @@ class KernelCache:
         module, record = found
         shared = Bundle(module)
         for member, info in record["members"].items():
-            self._members[member] = (shared, dict(info["record"], bundle=bundle, function=info["function"]))
+            self._members[member] = (shared, dict(info, bundle=bundle))
         counters.bundles_loaded += 1
         return self._members.pop(digest, None)
 

@@ -9,7 +9,7 @@ Layout under the cache directory::
     kernels/<d[:2]>/<digest>.mlir    the MLIR the entry was compiled from, for bundles
     kernels/<d[:2]>/<digest>.bundle  a bundle: one module holding many entries' kernels
                                       (bundles.py), laid out as an entry; its record names
-                                      each member's function and holds the member's record
+                                      each member's function, metadata and tied inputs
     failed/<digest>.json             a signature (or a bundle) that failed to compile
 
 One file per entry because a warm process reads one entry per kernel it runs: one open and one
@@ -165,7 +165,8 @@ class DiskStore:
         self._save_file(self.source_path(digest), text.encode())
 
     def save_bundle(self, digest: str, module: bytes | memoryview, members: dict) -> None:
-        """Write a bundle; ``members`` maps each member's digest to its function and record."""
+        """Write a bundle; ``members`` maps each member's digest to its function and what its
+        record says of it (``metadata``, ``tied``)."""
         record = {"members": members, "bytes": len(module), "created": _now()}
         self._save_file(self.bundle_path(digest), _entry_bytes(module, record))
 
