@@ -53,12 +53,13 @@ def test_merged_sources_keep_each_kernel_under_its_own_name():
         "k0": lowering.lower(lambda a: [torch.tanh(a)], [((3,), torch.float32)]),
         "k1": lowering.lower(lambda a, b: [a * b], [((2, 2), torch.float32), ((2, 2), torch.float32)]),
     }
-    assert all(bundles.bundleable(text) for text in texts.values())
+    assert all(bundles.bundleable(text, "llvm-cpu") for text in texts.values())
+    assert not bundles.bundleable(texts["k0"], "cuda")  # the driver would compile the whole bundle's PTX again
     merged = bundles.merge(texts)
     assert merged.count("func.func ") == 2 and "@k0(" in merged and "@k1(" in merged and "@main" not in merged
     assert merged.startswith("module {") and merged.count("module") == 1
-    assert not bundles.bundleable(texts["k0"].replace("}\n}", "}\n  func.func @other() {\n  }\n}"))
-    assert not bundles.bundleable(texts["k0"] + '{-#\n  dialect_resources: {}\n#-}\n')
+    assert not bundles.bundleable(texts["k0"].replace("}\n}", "}\n  func.func @other() {\n  }\n}"), "llvm-cpu")
+    assert not bundles.bundleable(texts["k0"] + '{-#\n  dialect_resources: {}\n#-}\n', "llvm-cpu")
 
 
 def test_a_bundle_serves_every_member_from_one_read(fresh_cache, stats):

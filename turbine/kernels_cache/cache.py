@@ -361,7 +361,7 @@ class KernelCache:
             "lowering_version": LOWERING_VERSION,
             "compile_seconds": round(seconds, 3),
             "metadata": metadata,
-            "source": bundles.bundleable(text),  # kept beside the entry, to compile into bundles
+            "source": bundles.bundleable(text, target.backend),  # kept beside the entry, to compile into bundles
         }
         if self.store is not None:
             if record["source"]:
