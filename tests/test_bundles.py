@@ -180,3 +180,22 @@ def test_waiting_for_builders_ignores_jobs_of_killed_builders(tmp_path, stale):
     if stale:
         os.utime(job, (0, 0))
     assert bundles.wait_for_builders(tmp_path, timeout=0.2) is stale
+
+
+def test_a_bundle_runs_from_a_mapping_of_its_file(fresh_cache):
+    """A bundle's module starts 64 bytes aligned in its file, so IREE runs it from the file's
+    mapping without copying it; a module that is not aligned is copied."""
+    import mmap
+
+    from turbine.device import registry
+    from turbine.kernels_cache import kernel
+
+    run_ops(inputs())
+    bundle = bundles.build(fresh_cache, used_digests())
+    module, _ = fresh_cache.load_bundle(bundle)
+    assert isinstance(module.obj, mmap.mmap)
+    assert (os.path.getsize(fresh_cache.bundle_path(bundle)) - len(module)) % 64 == 0
+    device = registry.open_device("turbine:cpu")
+    assert kernel._mapped(device, module) is not None
+    assert kernel._mapped(device, module[1:]) is None
+    assert kernel._mapped(device, bytes(module)) is None

@@ -197,14 +197,15 @@ def test_ctrl_c_during_compile_or_write_leaves_no_entry(fresh_cache, monkeypatch
 
 
 def test_size_limit_evicts_least_recently_used(tmp_path):
-    store = DiskStore(tmp_path, max_bytes=3500)
+    store = DiskStore(tmp_path, max_bytes=2**30)
     for i, digest in enumerate(["a" * 64, "b" * 64, "c" * 64]):
         store.save(digest, bytes([i]) * 1000, {"op": f"op{i}"})
         os.utime(store.entry_path(digest), (1000 + i, 1000 + i))
+    store.max_bytes = 3.5 * os.path.getsize(store.entry_path("a" * 64))  # room for three entries of this size
     store.load("a" * 64)  # touching "a" makes "b" the least recently used
     store.save("d" * 64, b"d" * 1000, {"op": "op3"})
     assert {e["digest"][0] for e in store.entries()} == {"a", "c", "d"}
-    assert sum(e["bytes"] for e in store.entries()) <= 3500
+    assert sum(e["bytes"] for e in store.entries()) <= store.max_bytes
 
 
 def test_files_of_the_old_layout_count_toward_the_limit_and_go_first(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 from typing import Callable
 
 import iree.runtime as rt
@@ -19,8 +20,20 @@ class LoadedModule:
     __slots__ = ("context", "module")
 
     def __init__(self, device: Device, vmfb: bytes | memoryview) -> None:
-        self.module = rt.VmModule.copy_buffer(device.instance, vmfb)
+        self.module = _mapped(device, vmfb) or rt.VmModule.copy_buffer(device.instance, vmfb)
         self.context = rt.VmContext(device.instance, [device.hal_module, self.module])
+
+
+def _mapped(device: Device, vmfb: bytes | memoryview) -> rt.VmModule | None:
+    """A module run from the file mapping it was read from (a bundle: store.py), without a copy;
+    None for other buffers, and for a module that does not start 64 bytes aligned there (IREE's
+    requirement; entries written before the store aligned modules)."""
+    if not (isinstance(vmfb, memoryview) and isinstance(vmfb.obj, mmap.mmap)):
+        return None
+    try:
+        return rt.VmModule.wrap_buffer(device.instance, vmfb)
+    except ValueError:
+        return None
 
 
 class Kernel:
