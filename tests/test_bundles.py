@@ -199,3 +199,18 @@ def test_a_bundle_runs_from_a_mapping_of_its_file(fresh_cache):
     assert kernel._mapped(device, module) is not None
     assert kernel._mapped(device, module[1:]) is None
     assert kernel._mapped(device, bytes(module)) is None
+
+
+def test_cache_info_counts_bundles_and_sources_and_clear_removes_them(fresh_cache):
+    run_ops(inputs())
+    bundles.build(fresh_cache, used_digests())
+    files = [path for path in (fresh_cache.root / "kernels").glob("*/*")]
+    assert {path.suffix for path in files} == {".kernel", ".mlir", ".bundle"}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "turbine", "cache", *args, "--dir", str(fresh_cache.root)], capture_output=True, text=True, timeout=120)
+
+    info = cli("info").stdout
+    assert "1 bundles" in info and f"{sum(path.stat().st_size for path in files)} (limit" in info
+    assert cli("clear").returncode == 0
+    assert not list((fresh_cache.root / "kernels").glob("*/*"))

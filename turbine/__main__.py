@@ -81,9 +81,10 @@ def cache(args: argparse.Namespace) -> int:
         return 2
     if args.action == "info":
         entries = list(store.entries())
+        size, bundles = store.usage()
         print(f"{'directory':10} {store.root}")
-        print(f"{'entries':10} {len(entries)} kernels, {len(store.failures())} failed signatures")
-        print(f"{'bytes':10} {sum(e['bytes'] for e in entries)} (limit {store.max_bytes})")
+        print(f"{'entries':10} {len(entries)} kernels, {bundles} bundles, {len(store.failures())} failed signatures")
+        print(f"{'bytes':10} {size} (limit {store.max_bytes}; kernels, their sources and bundles)")
     elif args.action == "list":
         entries = sorted(store.entries(), key=lambda e: -e["last_used"])
         if args.op:

@@ -284,6 +284,12 @@ class DiskStore:
                 "record": record,
             }
 
+    def usage(self) -> tuple[int, int]:
+        """(bytes, bundles): every file that counts toward the size limit (entries, their
+        sources, bundles), and how many bundles there are."""
+        files = list(self._entry_files())
+        return sum(size for _, size, _ in files), sum(path.endswith(".bundle") for path, _, _ in files)
+
     def failures(self) -> list[dict]:
         found = []
         for path in (self.root / "failed").glob("*.json"):
