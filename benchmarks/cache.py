@@ -7,7 +7,8 @@ background: ops return while their kernels compile side by side); "cold, one com
 does the same with TURBINE_BACKGROUND_COMPILE=0. As the cold process exits it starts a builder
 that compiles its kernels into one bundle (kernels_cache/bundles.py); the benchmark waits for it.
 "warm disk" runs in another new process on the directory the cold run filled; "warm memory"
-repeats the workload inside that process. "warm disk, kernel by kernel" is a new process with
+repeats the workload inside that process. Warm runs take the median of several new processes
+(--processes), since one run on a busy machine can be off by 2x. "warm disk, kernel by kernel" is a new process with
 TURBINE_CACHE_BUNDLES=0: what a warm start costs without the bundle (as before the builder has
 finished). Target: warm disk compiles nothing and takes at most 1.5 times warm memory. Each
 process first triggers torch's own lazy imports (see warm_torch_imports).
@@ -86,10 +87,16 @@ def run_phase(cache_dir: str, device: str, steps: int, repeat: bool, **env_vars:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def median_row(rows: list[dict]) -> dict:
+    """The row of median time among runs of one kind (their counts agree: each run is the same)."""
+    return sorted(rows, key=lambda row: row["seconds"])[len(rows) // 2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="turbine:cpu")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--processes", type=int, default=5, help="new processes per warm run; the table shows medians")
     parser.add_argument("--phase", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--repeat", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -102,15 +109,22 @@ def main() -> None:
         (serial,) = run_phase(
             serial_dir, args.device, args.steps, repeat=False, TURBINE_BACKGROUND_COMPILE="0", TURBINE_CACHE_BUNDLES="0"
         )
+    by_kernel, warm_disk, warm_memory = [], [], []
     with tempfile.TemporaryDirectory(prefix="turbine-cache-bench-") as cache_dir:
         (cold,) = run_phase(cache_dir, args.device, args.steps, repeat=False)
         start = time.perf_counter()
         if not wait_for_builders(cache_dir):
             print("the bundle builder did not finish in 10 minutes", file=sys.stderr)
         bundle_seconds = time.perf_counter() - start
-        (by_kernel,) = run_phase(cache_dir, args.device, args.steps, repeat=False, TURBINE_CACHE_BUNDLES="0")
-        warm_disk, warm_memory = run_phase(cache_dir, args.device, args.steps, repeat=True)
+        for _ in range(args.processes):  # alternating, so that both kinds meet the same machine noise
+            by_kernel += run_phase(cache_dir, args.device, args.steps, repeat=False, TURBINE_CACHE_BUNDLES="0")
+            disk, memory = run_phase(cache_dir, args.device, args.steps, repeat=True)
+            warm_disk.append(disk)
+            warm_memory.append(memory)
+    ratios = sorted(disk["seconds"] / memory["seconds"] for disk, memory in zip(warm_disk, warm_memory))
+    by_kernel, warm_disk, warm_memory = median_row(by_kernel), median_row(warm_disk), median_row(warm_memory)
     print(f"MLP 64-128-128-10, batch 32, {args.steps} SGD steps (forward + backward) on {args.device}")
+    print(f"warm runs: the median of {args.processes} new processes each")
     print("| run | seconds | kernels compiled | disk hits | bundles loaded | / warm memory |")
     print("|---|---|---|---|---|---|")
     rows = [
@@ -124,6 +138,7 @@ def main() -> None:
         ratio = row["seconds"] / warm_memory["seconds"]
         print(f"| {name} | {row['seconds']:.3f} | {row['compiled']} | {row['disk_hits']} | {row['bundles']} | {ratio:.2f} |")
     print(f"the cold process's bundle was ready {bundle_seconds:.1f} s after it exited")
+    print(f"warm disk / warm memory in each process: {' '.join(f'{r:.2f}' for r in ratios)}")
     extra = warm_disk["seconds"] - warm_memory["seconds"]
     per_kernel = extra / max(1, warm_disk["disk_hits"])
     print(

@@ -316,8 +316,8 @@ class KernelCache:
 
     def bundle_at_exit(self) -> None:
         """Start building a bundle of the kernels this process used that are in none (bundles.py)."""
-        if not config.cache_bundles or self.store is None or not getattr(self.store, "writable", False):
-            return
+        if not config.cache_bundles or not isinstance(self.store, DiskStore) or not self.store.writable:
+            return  # a builder is a process of its own, so it needs a store on disk
         if len(self._unbundled) >= max(2, config.bundle_min_kernels):
             bundles.start_builder(self.store, [digest_of(key) for key in self._unbundled])
 
