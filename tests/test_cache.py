@@ -290,6 +290,17 @@ def test_cli_info_list_clear(tmp_path):
     assert "kernel cache" in general.stdout and "torch" in general.stdout
 
 
+def test_cli_stops_quietly_when_its_reader_goes_away(tmp_path):
+    """``cache list | head`` closes the pipe before the listing is written: no traceback."""
+    run_workload(tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "turbine", "cache", "list", "--dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    process.stdout.close()  # before the listing starts: its first write finds no reader
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141 and "Traceback" not in stderr, stderr
+
+
 def test_compiles_are_logged_when_not_interactive_and_quiet_from_cache(fresh_cache, caplog):
     x = torch.randn(9, device="turbine:cpu")
     with caplog.at_level("INFO", logger="turbine"):

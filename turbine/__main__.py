@@ -146,5 +146,16 @@ def main(argv: list[str] | None = None) -> int:
     return info()
 
 
+def _quiet_on_closed_pipe() -> int:
+    """``cache list | head`` closes the pipe early: stop without a traceback, as shell tools do."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not raise again
+    return 141  # 128 + SIGPIPE, what a shell reports for a tool stopped this way
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        status = _quiet_on_closed_pipe()
+    sys.exit(status)
