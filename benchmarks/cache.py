@@ -7,7 +7,9 @@ background: ops return while their kernels compile side by side); "cold, one com
 does the same with TURBINE_BACKGROUND_COMPILE=0. As the cold process exits it starts a builder
 that compiles its kernels into one bundle (kernels_cache/bundles.py); the benchmark waits for it.
 "warm disk" runs in another new process on the directory the cold run filled; "warm memory"
-repeats the workload inside that process. Warm runs take the median of several new processes
+repeats the workload inside that process; "warm disk, same process" runs it there once more after
+forgetting every kernel and plan in memory, which leaves out a new process's first calls (torch's
+and turbine's per-op setup: about 5 ms, paid with or without a cache). Warm runs take the median of several new processes
 (--processes), since one run on a busy machine can be off by 2x. "warm disk, kernel by kernel" is a new process with
 TURBINE_CACHE_BUNDLES=0: what a warm start costs without the bundle (as before the builder has
 finished). Target: warm disk compiles nothing and takes at most 1.5 times warm memory. Each
@@ -56,13 +58,20 @@ def warm_torch_imports(device: str) -> None:
 
 
 def phase(device: str, steps: int, repeat: bool) -> None:
-    """One process: time the workload (twice when ``repeat``), print JSON timings and stats."""
+    """One process: time the workload, print JSON timings and stats. With ``repeat``, time it
+    again (warm memory), then once more after forgetting every kernel and plan in memory: the
+    disk's cost without a new process's first calls."""
     import turbine
+    from turbine.eager import dispatch
+    from turbine.kernels_cache import kernel_cache
 
     warm_torch_imports(device)
 
     rows = []
-    for name in ["first", "again"] if repeat else ["first"]:
+    for name in ["first", "again", "forgotten"] if repeat else ["first"]:
+        if name == "forgotten":
+            kernel_cache.clear_memory()
+            dispatch.clear_plans()
         turbine.reset_stats()
         start = time.perf_counter()
         workload(device, steps)
@@ -109,7 +118,7 @@ def main() -> None:
         (serial,) = run_phase(
             serial_dir, args.device, args.steps, repeat=False, TURBINE_BACKGROUND_COMPILE="0", TURBINE_CACHE_BUNDLES="0"
         )
-    by_kernel, warm_disk, warm_memory = [], [], []
+    by_kernel, warm_disk, warm_memory, disk_same_process = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="turbine-cache-bench-") as cache_dir:
         (cold,) = run_phase(cache_dir, args.device, args.steps, repeat=False)
         start = time.perf_counter()
@@ -118,11 +127,13 @@ def main() -> None:
         bundle_seconds = time.perf_counter() - start
         for _ in range(args.processes):  # alternating, so that both kinds meet the same machine noise
             by_kernel += run_phase(cache_dir, args.device, args.steps, repeat=False, TURBINE_CACHE_BUNDLES="0")
-            disk, memory = run_phase(cache_dir, args.device, args.steps, repeat=True)
+            disk, memory, forgotten = run_phase(cache_dir, args.device, args.steps, repeat=True)
             warm_disk.append(disk)
             warm_memory.append(memory)
+            disk_same_process.append(forgotten)
     ratios = sorted(disk["seconds"] / memory["seconds"] for disk, memory in zip(warm_disk, warm_memory))
     by_kernel, warm_disk, warm_memory = median_row(by_kernel), median_row(warm_disk), median_row(warm_memory)
+    disk_same_process = median_row(disk_same_process)
     print(f"MLP 64-128-128-10, batch 32, {args.steps} SGD steps (forward + backward) on {args.device}")
     print(f"warm runs: the median of {args.processes} new processes each")
     print("| run | seconds | kernels compiled | disk hits | bundles loaded | / warm memory |")
@@ -132,6 +143,7 @@ def main() -> None:
         ("cold cache", cold),
         ("warm disk, kernel by kernel (new process)", by_kernel),
         ("warm disk (new process)", warm_disk),
+        ("warm disk, same process (kernels and plans forgotten)", disk_same_process),
         ("warm memory", warm_memory),
     ]
     for name, row in rows:
