@@ -66,9 +66,32 @@ def merge(sources: dict[str, str]) -> str:
 
 
 def build(store: DiskStore, digests: list[str]) -> str | None:
-    """Compile a bundle of the entries named that can join one (a source kept, no bundle yet,
-    this compiler, the first one's target) and mark them; returns the bundle's digest, or None
-    when fewer than two can or the same bundle failed to compile before."""
+    """Compile a bundle of the entries named that can join one and mark them; returns the
+    bundle's digest, or None when fewer than two can or the same bundle failed to compile before."""
+    members, sources, target = _members(store, digests)
+    if len(members) < 2:
+        return None
+    bundle = hashlib.sha256(" ".join(sorted(members)).encode()).hexdigest()
+    if store.load_failure(bundle) is not None:
+        return None
+    backend, _, arch = target[0].partition(" ")
+    try:
+        module = compile_mlir(merge(sources), Target(backend, arch, target[1]))
+    except CompileError as error:
+        store.save_failure(bundle, str(error), {"op": f"bundle of {len(members)} kernels"})
+        return None
+    store.save_bundle(bundle, module, members)
+    for digest in members:
+        found = store.load(digest)
+        if found is not None:
+            store.save(digest, found[0], dict(found[1], bundle=bundle))
+    return bundle
+
+
+def _members(store: DiskStore, digests: list[str]) -> tuple[dict[str, dict], dict[str, str], tuple | None]:
+    """The entries that can join a bundle, in order, up to MAX_MEMBERS: each with its source
+    kept, in no bundle yet, from this compiler, for the first one's target (target, flags).
+    Returns what the bundle says of each (by digest), their sources (by function), the target."""
     members: dict[str, dict] = {}
     sources: dict[str, str] = {}
     target = None
@@ -92,23 +115,7 @@ def build(store: DiskStore, digests: list[str]) -> str | None:
         name = f"k{len(members)}"
         sources[name] = text
         members[digest] = {"function": name, "metadata": record.get("metadata", {}), "tied": record.get("tied")}
-    if len(members) < 2:
-        return None
-    bundle = hashlib.sha256(" ".join(sorted(members)).encode()).hexdigest()
-    if store.load_failure(bundle) is not None:
-        return None
-    backend, _, arch = target[0].partition(" ")
-    try:
-        module = compile_mlir(merge(sources), Target(backend, arch, target[1]))
-    except CompileError as error:
-        store.save_failure(bundle, str(error), {"op": f"bundle of {len(members)} kernels"})
-        return None
-    store.save_bundle(bundle, module, members)
-    for digest in members:
-        found = store.load(digest)
-        if found is not None:
-            store.save(digest, found[0], dict(found[1], bundle=bundle))
-    return bundle
+    return members, sources, target
 
 
 def start_builder(store: DiskStore, digests: list[str]) -> None:
@@ -161,7 +168,7 @@ def _run_job(job: Path) -> None:
         store = DiskStore(job.parent.parent, config.cache_max_bytes)
         with filelock.FileLock(str(store.root / ".bundle.lock")):
             build(store, digests)
-    except Exception:
+    except Exception:  # detached, with no terminal: whatever went wrong goes to a file
         with contextlib.suppress(OSError):
             (job.parent / "error.log").write_text(traceback.format_exc())
     finally:
