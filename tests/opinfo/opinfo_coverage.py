@@ -59,8 +59,11 @@ class Worker:
         self.number = number
         self.log = tempfile.TemporaryFile(mode="w+")
         command = [sys.executable, __file__, "--worker", "--device", args.device, "--samples", str(args.samples)]
+        # No kernel bundles: each worker runs thousands of one-off kernels, no workload to load
+        # again, and each would leave a builder compiling 256 of them after it exits.
+        environment = dict(os.environ, TURBINE_CACHE_BUNDLES="0")
         self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1, env=environment
         )
         self.entry: str | None = None
         self.started = 0.0
