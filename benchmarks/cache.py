@@ -9,10 +9,10 @@ that compiles its kernels into one bundle (kernels_cache/bundles.py); the benchm
 "warm disk" runs in another new process on the directory the cold run filled; "warm memory"
 repeats the workload inside that process; "warm disk, same process" runs it there once more after
 forgetting every kernel and plan in memory, which leaves out a new process's first calls (torch's
-and turbine's per-op setup: about 5 ms, paid with or without a cache). Warm runs take the median of several new processes
-(--processes), since one run on a busy machine can be off by 2x. "warm disk, kernel by kernel" is a new process with
-TURBINE_CACHE_BUNDLES=0: what a warm start costs without the bundle (as before the builder has
-finished). Target: warm disk compiles nothing and takes at most 1.5 times warm memory. Each
+and turbine's per-op setup, page faults: 5-9 ms on a 2-core machine, paid with or without a
+cache). "warm disk, kernel by kernel" is a new process with TURBINE_CACHE_BUNDLES=0: what a warm
+start costs without the bundle (as before the builder has finished). Warm runs take the median
+of several new processes (--processes), since one run on a busy machine can be off by 2x. Target: warm disk compiles nothing and takes at most 1.5 times warm memory. Each
 process first triggers torch's own lazy imports (see warm_torch_imports).
 """
 

@@ -99,7 +99,7 @@ def test_a_damaged_bundle_warns_once_and_members_load_alone(fresh_cache, stats):
         warnings.simplefilter("always")
         run_ops(host)
     assert [str(w.message) for w in caught if issubclass(w.category, CacheWarning)] == [
-        f"turbine's kernel cache bundle {bundle[:12]} was truncated or corrupt (checksum does not match); it is removed and recompiled."
+        f"turbine's kernel cache bundle {bundle[:12]} was truncated or corrupt (checksum does not match); it is removed and its kernels load from their own entries."
     ]
     counts = stats()
     assert counts["kernels_compiled"] == 0 and counts["bundles_loaded"] == 0 and not path.exists()
@@ -214,3 +214,26 @@ def test_cache_info_counts_bundles_and_sources_and_clear_removes_them(fresh_cach
     assert "1 bundles" in info and f"{sum(path.stat().st_size for path in files)} (limit" in info
     assert cli("clear").returncode == 0
     assert not list((fresh_cache.root / "kernels").glob("*/*"))
+
+
+def test_an_exiting_process_starts_a_builder_only_when_it_should(fresh_cache, monkeypatch):
+    """At exit: enough unbundled kernels, bundles on, and a writable store on disk; else nothing."""
+    started = []
+    monkeypatch.setattr(bundles, "start_builder", lambda store, digests: started.append(list(digests)))
+    run_ops(inputs())
+    used = used_digests()
+    cache = cache_module.kernel_cache
+    with override(bundle_min_kernels=len(used) + 1):
+        cache.bundle_at_exit()
+    assert started == []
+    with override(bundle_min_kernels=len(used), cache_bundles=False):
+        cache.bundle_at_exit()
+    assert started == []
+    fresh_cache.writable = False
+    with override(bundle_min_kernels=len(used)):
+        cache.bundle_at_exit()
+    assert started == []
+    fresh_cache.writable = True
+    with override(bundle_min_kernels=len(used)):
+        cache.bundle_at_exit()
+    assert started == [used]  # in order of first use

@@ -201,7 +201,7 @@ def test_size_limit_evicts_least_recently_used(tmp_path):
     for i, digest in enumerate(["a" * 64, "b" * 64, "c" * 64]):
         store.save(digest, bytes([i]) * 1000, {"op": f"op{i}"})
         os.utime(store.entry_path(digest), (1000 + i, 1000 + i))
-    store.max_bytes = 3.5 * os.path.getsize(store.entry_path("a" * 64))  # room for three entries of this size
+    store.max_bytes = 7 * os.path.getsize(store.entry_path("a" * 64)) // 2  # room for three entries of this size
     store.load("a" * 64)  # touching "a" makes "b" the least recently used
     store.save("d" * 64, b"d" * 1000, {"op": "op3"})
     assert {e["digest"][0] for e in store.entries()} == {"a", "c", "d"}

@@ -114,14 +114,14 @@ class DiskStore:
 
     def load(self, digest: str) -> tuple[memoryview, dict] | None:
         """The module for a digest and its record, or None. A damaged entry is removed (one warning) and misses."""
-        return self._read(self.entry_path(digest), f"entry {digest[:12]}")
+        return self._read(self.entry_path(digest), f"entry {digest[:12]}", "recompiled")
 
     def load_bundle(self, digest: str) -> tuple[memoryview, dict] | None:
-        """A bundle's module and record (``members``: digest -> function and record), or None.
+        """A bundle's module and record (``members``: digest -> function, metadata, tied), or None.
 
         The module is a view of a read-only mapping of the file, not a copy: a bundle is large
         (365 KB for 42 kernels), and IREE runs it from there (kernel.LoadedModule)."""
-        return self._read(self.bundle_path(digest), f"bundle {digest[:12]}", mapped=True)
+        return self._read(self.bundle_path(digest), f"bundle {digest[:12]}", "its kernels load from their own entries", mapped=True)
 
     def load_source(self, digest: str) -> str | None:
         """The MLIR an entry was compiled from, or None (an entry from before sources were kept)."""
@@ -131,9 +131,10 @@ class DiskStore:
         except (OSError, ValueError):
             return None
 
-    def _read(self, path: str, what: str, mapped: bool = False) -> tuple[memoryview, dict] | None:
+    def _read(self, path: str, what: str, instead: str, mapped: bool = False) -> tuple[memoryview, dict] | None:
         """A file in the entry layout (read, or ``mapped``), its mtime set to now (its last use);
-        None if it is absent, unreadable or damaged (then removed, with one warning)."""
+        None if it is absent, unreadable or damaged (then removed, with one warning that names
+        what happens ``instead``)."""
         try:
             with open(path, "rb") as handle:
                 data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if mapped else handle.read()
@@ -143,12 +144,12 @@ class DiskStore:
             self._warn_once("unreadable", f"turbine's kernel cache at {self.root} cannot be read ({error.strerror}).")
             return None
         except OSError as error:
-            self._discard(path, what, f"unreadable ({error})")
+            self._discard(path, what, f"unreadable ({error})", instead)
             return None
         try:
             module, record = _parse(data)
         except ValueError as error:
-            self._discard(path, what, f"truncated or corrupt ({error})")
+            self._discard(path, what, f"truncated or corrupt ({error})", instead)
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # the mtime is the last use, for eviction and `cache list`
@@ -221,8 +222,8 @@ class DiskStore:
             "in memory for this process only. Set TURBINE_CACHE_DIR to a writable directory, or TURBINE_CACHE=0.",
         )
 
-    def _discard(self, path: str, what: str, why: str) -> None:
-        self._warn_once(f"corrupt-{path}", f"turbine's kernel cache {what} was {why}; it is removed and recompiled.")
+    def _discard(self, path: str, what: str, why: str, instead: str) -> None:
+        self._warn_once(f"corrupt-{path}", f"turbine's kernel cache {what} was {why}; it is removed and {instead}.")
         with contextlib.suppress(OSError):
             os.unlink(path)
 
