@@ -84,6 +84,7 @@ def phase(device: str, steps: int, repeat: bool) -> None:
                 "compiled": stats["kernels_compiled"],
                 "disk_hits": stats["cache_hits_disk"],
                 "bundles": stats["bundles_loaded"],
+                "plans": stats["plans_from_disk"],
             }
         )
     print(json.dumps(rows))

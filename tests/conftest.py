@@ -12,6 +12,8 @@ os.environ.setdefault("TURBINE_CACHE_DIR", tempfile.mkdtemp(prefix="turbine-test
 # No bundle builder after the test session: it would compile every kernel the tests used (the
 # tests of bundles turn them on for themselves).
 os.environ.setdefault("TURBINE_CACHE_BUNDLES", "0")
+# No saved plans either: tests count meta calls and plans (test_saved_plans.py turns them on).
+os.environ.setdefault("TURBINE_CACHE_PLANS", "0")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

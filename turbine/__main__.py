@@ -85,6 +85,8 @@ def cache(args: argparse.Namespace) -> int:
         print(f"{'directory':10} {store.root}")
         print(f"{'entries':10} {len(entries)} kernels, {bundles} bundles, {len(store.failures())} failed signatures")
         print(f"{'bytes':10} {size} (limit {store.max_bytes}; kernels, their sources and bundles)")
+        plans = store.plan_files()
+        print(f"{'plans':10} {len(plans)} files, {sum(size for _, size in plans)} bytes (plans kept per device)")
     elif args.action == "list":
         entries = sorted(store.entries(), key=lambda e: -e["last_used"])
         if args.op:

@@ -68,6 +68,8 @@ class Config:
     cache_bundles: bool = True
     #: The fewest kernels, used and in no bundle yet, that make a process build a bundle.
     bundle_min_kernels: int = 8
+    #: Keep the plans a process built on disk for the next process (eager/saved_plans.py).
+    cache_plans: bool = True
     #: Show a progress bar (terminal, notebook) or log lines while kernels compile.
     progress: bool = True
     #: What runs an op no IREE kernel can run: "device", "host" or "error" (eager/fallback.py).
@@ -100,6 +102,7 @@ class Config:
             cache_max_bytes=_env_int("TURBINE_CACHE_MAX_BYTES", 2 * 1024**3, "bytes"),
             cache_bundles=_env_bool("TURBINE_CACHE_BUNDLES", True),
             bundle_min_kernels=_env_int("TURBINE_BUNDLE_MIN_KERNELS", 8, "kernels"),
+            cache_plans=_env_bool("TURBINE_CACHE_PLANS", True),
             progress=_env_bool("TURBINE_PROGRESS", True),
             fallback=os.environ.get("TURBINE_FALLBACK", "device") or "device",
             cpu_workers=_env_int("TURBINE_CPU_WORKERS", default_cpu_workers(), "worker threads"),

@@ -14,6 +14,7 @@ _NAMES = (
     "cache_hits_memory",
     "cache_hits_disk",
     "bundles_loaded",
+    "plans_from_disk",
     "dispatches",
     "host_transfers",
     "host_transfer_bytes",

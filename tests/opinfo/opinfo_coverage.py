@@ -61,7 +61,7 @@ class Worker:
         command = [sys.executable, __file__, "--worker", "--device", args.device, "--samples", str(args.samples)]
         # No kernel bundles: each worker runs thousands of one-off kernels, no workload to load
         # again, and each would leave a builder compiling 256 of them after it exits.
-        environment = dict(os.environ, TURBINE_CACHE_BUNDLES="0")
+        environment = dict(os.environ, TURBINE_CACHE_BUNDLES="0", TURBINE_CACHE_PLANS="0")
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1, env=environment
         )

@@ -10,11 +10,15 @@ op on meta tensors (which also gives torch's own error messages); later calls ru
 - FallbackPlan: an op IREE cannot run (no lowering, data-dependent shapes) goes to the fallback
   policy (eager/fallback.py) on every call, without trying the compiler again.
 
+A plan's ``record()`` describes it for eager/saved_plans.py, which keeps plans on disk: a new
+process takes a key's plan from its record instead of building it again.
+
 A few ops that move data or need torch's CPU semantics are handled before that (SPECIAL).
 """
 
 from __future__ import annotations
 
+import atexit
 import math
 import warnings
 from typing import Any, Callable
@@ -25,7 +29,7 @@ import torch
 from turbine.config import config
 from turbine.counters import counters
 from turbine.device import Device, upload_scalar
-from turbine.eager import backward_errors, deferred, factories, fallback, host, lowering
+from turbine.eager import backward_errors, deferred, factories, fallback, host, lowering, saved_plans
 from turbine.eager.dtypes import ELEMENT_TYPES, check_kernel_dtype
 from turbine.eager.launch import enqueue, join
 from turbine.eager.schema import OpSchema, functional_variant, schema_of
@@ -71,16 +75,46 @@ def _plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
     key = (*leaves.key, leaves.device.index if leaves.device is not None else None)
     plan = _plans.get(key)
     if plan is None:
+        plan = _new_plan(func, schema, args, kwargs, leaves, key)
+    return plan(leaves, args, kwargs)
+
+
+def _new_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, key: tuple) -> Callable:
+    """A key's plan, kept in the plan cache: from its saved record if a file has one, else built."""
+    record = saved_plans.take(key, leaves.device) if leaves.device is not None else None
+    plan = _from_record(func, schema, leaves, record) if record is not None else None
+    if plan is None:
         try:
             plan = _build_plan(func, schema, args, kwargs, leaves)
         except (CompileError, UnsupportedOpError) as reason:
             if schema.aliased_output and not schema.written:
                 raise  # a copy made by torch would not alias the input as a view must
             plan = _FallbackPlan(func, reason)
-        _plans[key] = plan
-        if isinstance(plan, _KernelPlan):
-            plan.forget = lambda: _plans.pop(key, None)
-    return plan(leaves, args, kwargs)
+        saved_plans.built()
+    _plans[key] = plan
+    if isinstance(plan, _KernelPlan):
+        plan.forget = lambda: _plans.pop(key, None)
+    return plan
+
+
+def _from_record(func: Any, schema: OpSchema, leaves: Leaves, record: tuple) -> Callable | None:
+    """The plan a saved record describes (the plans' ``record`` methods), or None when its
+    kernel is no longer in the kernel cache."""
+    kind = record[0]
+    if kind == "kernel":
+        _, signature, scalar_dtypes, layouts, structure = record
+        kernel = kernel_cache.stored(signature, leaves.device)
+        if kernel is None:
+            return None
+        plan: Callable = _KernelPlan(func, leaves.device, kernel, signature, list(scalar_dtypes), layouts, structure)
+    elif kind == "view":
+        plan = _ViewPlan(record[1], record[2])
+    elif kind == "mutation":
+        plan = _MutationPlan(func, schema)
+    else:
+        plan = _EmptyPlan(leaves.device, record[1], record[2])
+    counters.plans_from_disk += 1
+    return plan
 
 
 class _FallbackPlan:
@@ -92,6 +126,9 @@ class _FallbackPlan:
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         return fallback.run(self.func, args, kwargs, self.reason)
+
+    def record(self) -> None:
+        return None  # each process decides again (a failed compile is remembered by the kernel cache)
 
 
 def stand_in(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -111,8 +148,13 @@ def stand_in(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def clear_plans() -> None:
-    """Forget every plan (tests use it to show that kernels come back from the kernel cache)."""
+    """Forget every plan, and the saved plans read so far (tests use it to show that kernels
+    and plans come back from disk)."""
     _plans.clear()
+    saved_plans.forget()
+
+
+atexit.register(lambda: saved_plans.save(_plans))
 
 
 # --- building plans -------------------------------------------------------------------------
@@ -189,12 +231,12 @@ def _build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
             return plan
     meta_out = _meta_call(func, schema, args, kwargs)
     if schema.written:
-        return _mutation_plan(func, schema)
+        return _MutationPlan(func, schema)
     if schema.aliased_output:
         return _view_plan(func, leaves, meta_out)
     metas, kind = _outputs(meta_out)
     if _zero_size(func, leaves, metas):
-        return _EmptyPlan(leaves.device, metas, _STRUCTURES[kind])
+        return _EmptyPlan(leaves.device, _layouts_of(metas), kind)
     return _kernel_plan(func, schema, args, kwargs, leaves, meta_out)
 
 
@@ -219,17 +261,26 @@ def _zero_size(func: Any, leaves: Leaves, metas: list) -> bool:
 _VALUE_BLIND = {aten.new_zeros, aten.new_ones, aten.new_full, aten.zeros_like, aten.ones_like, aten.full_like}
 
 
+def _layouts_of(metas: list) -> tuple:
+    """(shape, dtype) of each meta result, None kept as None."""
+    return tuple(None if m is None else (tuple(m.shape), m.dtype) for m in metas)
+
+
 class _EmptyPlan:
     """Results with no elements: fresh allocations, no kernel."""
 
-    def __init__(self, device: Device, metas: list, structure: Callable) -> None:
+    def __init__(self, device: Device, layouts: tuple, kind: str) -> None:
         self.device = device
-        self.layouts = [None if m is None else (tuple(m.shape), m.dtype) for m in metas]
-        self.structure = structure
+        self.layouts = layouts
+        self.kind = kind
+        self.structure = _STRUCTURES[kind]
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         outs = [None if layout is None else factories.empty(*layout, self.device) for layout in self.layouts]
         return self.structure(outs)
+
+    def record(self) -> tuple:
+        return ("empty", self.layouts, self.kind)
 
 
 #: How a plan puts its output tensors back into the op's result, by the kind of result.
@@ -248,14 +299,18 @@ def _outputs(meta_out: Any) -> tuple[list, str]:
 class _ViewPlan:
     """Outputs share the first input's storage with the geometry torch's meta kernel gave."""
 
-    def __init__(self, geometries: list, structure: Callable) -> None:
+    def __init__(self, geometries: tuple, kind: str) -> None:
         self.geometries = geometries
-        self.structure = structure
+        self.kind = kind
+        self.structure = _STRUCTURES[kind]
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         storage = leaves.tensors[0]._storage
         outs = [DeviceTensor(storage, sizes, strides, offset) for sizes, strides, offset in self.geometries]
         return self.structure(outs)
+
+    def record(self) -> tuple:
+        return ("view", self.geometries, self.kind)
 
 
 def _view_plan(func: Any, leaves: Leaves, meta_out: Any) -> _ViewPlan:
@@ -264,10 +319,10 @@ def _view_plan(func: Any, leaves: Leaves, meta_out: Any) -> _ViewPlan:
     for meta in metas:
         if meta.dtype != storage_dtype:
             raise UnsupportedOpError(f"{func}: views that reinterpret {storage_dtype} as {meta.dtype} are not supported")
-    geometries = [(tuple(m.shape), tuple(m.stride()), m.storage_offset()) for m in metas]
+    geometries = tuple((tuple(m.shape), tuple(m.stride()), m.storage_offset()) for m in metas)
     for sizes, strides, offset in geometries:
         _check_in_bounds(sizes, strides, offset, leaves.tensors[0])
-    return _ViewPlan(geometries, _STRUCTURES[kind])
+    return _ViewPlan(geometries, kind)
 
 
 def _check_in_bounds(sizes: tuple, strides: tuple, offset: int, base: DeviceTensor) -> None:
@@ -284,28 +339,34 @@ def _check_in_bounds(sizes: tuple, strides: tuple, offset: int, base: DeviceTens
         )
 
 
-def _mutation_plan(func: Any, schema: OpSchema) -> Callable:
+class _MutationPlan:
     """In-place (``add_``) and ``out=`` ops: run the out-of-place twin, then write into the targets."""
-    functional = functional_variant(func)
-    if functional is None:
-        raise UnsupportedOpError(f"{func} writes its arguments and has no out-of-place twin turbine can run")
-    out_names = schema.out_names
 
-    def plan(leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+    def __init__(self, func: Any, schema: OpSchema) -> None:
+        self.func = func
+        self.functional = functional_variant(func)
+        if self.functional is None:
+            raise UnsupportedOpError(f"{func} writes its arguments and has no out-of-place twin turbine can run")
+        self.out_names = schema.out_names
+        self.written = schema.written
+
+    def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        out_names = self.out_names
         call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names}
-        result = run(functional, args, call_kwargs)
+        result = run(self.functional, args, call_kwargs)
         values = result if isinstance(result, (tuple, list)) else (result,)
         if out_names:
             targets = [kwargs[name] for name in out_names]
         else:
-            targets = [args[i] for i in schema.written]
+            targets = [args[i] for i in self.written]
         for target, value in zip(targets, values):
-            _write_result(func, target, value)
+            _write_result(self.func, target, value)
         if out_names:
             return targets[0] if len(targets) == 1 else tuple(targets)
         return targets[0]
 
-    return plan
+    def record(self) -> tuple:
+        return ("mutation",)
 
 
 def _write_result(func: Any, target: DeviceTensor, value: DeviceTensor) -> None:
@@ -365,7 +426,14 @@ class _KernelPlan:
     """
 
     def __init__(
-        self, func: Any, device: Device, kernel: Kernel | CompilingKernel, scalar_dtypes: list, outputs: list, structure: Callable
+        self,
+        func: Any,
+        device: Device,
+        kernel: Kernel | CompilingKernel,
+        signature: tuple,
+        scalar_dtypes: list,
+        layouts: tuple,
+        kind: str,
     ) -> None:
         self.func = func
         self.schema = _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
@@ -375,10 +443,13 @@ class _KernelPlan:
         self.failure: Exception | None = None
         #: Drops the plan from the plan cache (set by whoever stores it): see deferred.kernel_of.
         self.forget: Callable[[], None] = lambda: None
+        self.signature = signature
         self.scalar_dtypes = scalar_dtypes
-        self.outputs = outputs  # a DenseLayout, or None, per output
+        self.layouts = layouts  # (shape, dtype), or None, per output
+        self.outputs = [None if layout is None else DenseLayout(*layout) for layout in layouts]
         self.torch_device = torch_device(device)
-        self.structure = structure
+        self.kind = kind
+        self.structure = _STRUCTURES[kind]
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         if self.kernel is None or deferred.backlog:  # compiling, failed, or launches wait
@@ -423,6 +494,13 @@ class _KernelPlan:
 
     def _scalar_views(self, leaves: Leaves) -> list:
         return [scalar_view(self.device, value, dtype) for value, dtype in zip(leaves.scalars, self.scalar_dtypes)]
+
+    def record(self) -> tuple | None:
+        """None until the kernel has compiled, and for a kernel that failed: no later process
+        should take such a plan without trying the kernel cache itself."""
+        if self.kernel is None or self.failure is not None:
+            return None
+        return ("kernel", self.signature, tuple(self.scalar_dtypes), self.layouts, self.kind)
 
 
 def _scalar_reference(leaves: Leaves) -> torch.Tensor | None:
@@ -496,8 +574,8 @@ def _stored_kernel_plan(func: Any, leaves: Leaves) -> _KernelPlan | None:
     kernel = kernel_cache.stored(signature, leaves.device)
     if kernel is None or "outputs" not in kernel.metadata:
         return None
-    outputs = [None if o is None else DenseLayout(tuple(o[0]), getattr(torch, o[1])) for o in kernel.metadata["outputs"]]
-    return _KernelPlan(func, leaves.device, kernel, scalar_dtypes, outputs, _STRUCTURES[kernel.metadata["structure"]])
+    layouts = tuple(None if o is None else (tuple(o[0]), getattr(torch, o[1])) for o in kernel.metadata["outputs"])
+    return _KernelPlan(func, leaves.device, kernel, signature, scalar_dtypes, layouts, kernel.metadata["structure"])
 
 
 def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, meta_out: Any) -> _KernelPlan:
@@ -563,8 +641,7 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
         kernel = kernel_cache.start(signature, device, lowerings, _describe(func, leaves), metadata)
     else:
         kernel = kernel_cache.kernel(signature, device, lowerings, _describe(func, leaves), metadata)
-    outputs = [None if m is None else DenseLayout(tuple(m.shape), m.dtype) for m in metas]
-    return _KernelPlan(func, device, kernel, scalar_dtypes, outputs, _STRUCTURES[kind])
+    return _KernelPlan(func, device, kernel, signature, scalar_dtypes, _layouts_of(metas), kind)
 
 
 #: Ops whose results torch's shape rule gives other shapes than its kernel (the batch statistics

@@ -11,6 +11,8 @@ Layout under the cache directory::
                                       (bundles.py), laid out as an entry; its record names
                                       each member's function, metadata and tied inputs
     failed/<digest>.json             a signature (or a bundle) that failed to compile
+    plans/<name>.plans               plans the eager layer keeps for a device (eager/saved_plans.py),
+                                      laid out as an entry around the eager layer's bytes
 
 One file per entry because a warm process reads one entry per kernel it runs: one open and one
 read each, and one checksum that covers the record as well as the module (a record with a
@@ -36,7 +38,7 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import filelock
 
@@ -107,6 +109,9 @@ class DiskStore:
     def bundle_path(self, digest: str) -> str:
         return f"{self._kernels}/{digest[:2]}/{digest}.bundle"
 
+    def plans_path(self, name: str) -> str:
+        return f"{self.root}/plans/{name}.plans"
+
     def _failure_path(self, digest: str) -> Path:
         return self.root / "failed" / f"{digest}.json"
 
@@ -122,6 +127,11 @@ class DiskStore:
         The module is a view of a read-only mapping of the file, not a copy: a bundle is large
         (365 KB for 42 kernels), and IREE runs it from there (kernel.LoadedModule)."""
         return self._read(self.bundle_path(digest), f"bundle {digest[:12]}", "its kernels load from their own entries", mapped=True)
+
+    def load_plans(self, name: str) -> memoryview | None:
+        """The bytes of a plan file, or None (absent; damaged: removed, with one warning)."""
+        found = self._read(self.plans_path(name), f"plan file {name}", "its plans are built again")
+        return None if found is None else found[0]
 
     def load_source(self, digest: str) -> str | None:
         """The MLIR an entry was compiled from, or None (an entry from before sources were kept)."""
@@ -189,6 +199,22 @@ class DiskStore:
                 self._bytes += len(data)
             if self._bytes > self.max_bytes:
                 self._evict()
+
+    def update_plans(self, name: str, update: Callable[[memoryview | None], bytes | None]) -> None:
+        """Rewrite a plan file from its current bytes (None if it has none), one process at a
+        time: processes that exit together each add their plans. ``update`` returns None to
+        leave the file as it is."""
+        if not self.writable:
+            return
+        path = Path(self.plans_path(name))
+        try:
+            path.parent.mkdir(exist_ok=True)
+            with filelock.FileLock(str(path.parent / ".lock"), timeout=10):
+                data = update(self.load_plans(name))
+                if data is not None:
+                    self._write(path, _entry_bytes(data, {"bytes": len(data), "created": _now()}))
+        except (OSError, filelock.Timeout):
+            pass  # plans only save time: a process that cannot write them exits as it would have
 
     def save_failure(self, digest: str, message: str, record: dict) -> None:
         self._write(self._failure_path(digest), json.dumps(dict(record, error=message, created=_now())).encode())
@@ -313,4 +339,10 @@ class DiskStore:
             for path in (self.root / "kernels").glob("*/*"):
                 path.unlink()
                 count += path.suffix == ".kernel"
+            for path in (self.root / "plans").glob("*.plans"):
+                path.unlink()
         return count
+
+    def plan_files(self) -> list[tuple[str, int]]:
+        """(name, bytes) of every plan file."""
+        return [(path.stem, path.stat().st_size) for path in (self.root / "plans").glob("*.plans")]

@@ -1,0 +1,213 @@
+"""Saved plans: the plans a process built, kept on disk so that the next process takes them."""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import turbine
+from conftest import forget_memory
+from turbine.config import override
+from turbine.eager import dispatch, saved_plans
+from turbine.kernels_cache import CacheWarning
+
+
+@pytest.fixture(autouse=True)
+def _plans_on(monkeypatch):
+    """conftest turns saved plans off for the test session; these tests use them."""
+    monkeypatch.setattr(saved_plans, "_built", [True])
+    with override(cache_plans=True):
+        yield
+
+
+def workload(x: torch.Tensor, w: torch.Tensor) -> list[torch.Tensor]:
+    """Every kind of plan: kernels (one with two results), views (a partial one among them),
+    in-place ops on a whole tensor and on a partial view, an op whose result is empty."""
+    y = x @ w.t() + 1.5
+    values, indices = torch.max(y, dim=1)
+    z = y.clone()
+    z.mul_(0.5)
+    z[1:3].add_(x[1:3, :2].sum(1, keepdim=True))
+    empty = x[:0] * 2
+    return [y, values, indices, z, z.view(-1).narrow(0, 2, 5), empty]
+
+
+def inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(4, 3), torch.randn(2, 3)
+
+
+def check(host: tuple) -> None:
+    device = [t.to("turbine:cpu") for t in host]
+    for actual, expected in zip(workload(*device), workload(*host)):
+        torch.testing.assert_close(actual.cpu(), expected)
+
+
+def no_meta_calls(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("a saved plan was built again")
+
+    monkeypatch.setattr(dispatch, "_meta_call", refuse)
+
+
+def test_saved_plans_replace_building_them(fresh_cache, stats, monkeypatch):
+    host = inputs()
+    check(host)
+    planned = len(dispatch._plans)
+    saved_plans.save(dispatch._plans)
+    forget_memory()
+    no_meta_calls(monkeypatch)
+    turbine.reset_stats()
+    check(host)
+    counts = stats()
+    assert counts["kernels_compiled"] == 0
+    assert counts["plans_from_disk"] == planned == len(dispatch._plans)
+
+
+def test_a_plan_whose_kernel_is_gone_is_built_again(fresh_cache, stats):
+    host = inputs()
+    check(host)
+    saved_plans.save(dispatch._plans)
+    for entry in list(fresh_cache.entries()):
+        fresh_cache.remove(entry["digest"])
+    forget_memory()
+    turbine.reset_stats()
+    check(host)
+    counts = stats()
+    assert counts["kernels_compiled"] > 0
+    assert 0 < counts["plans_from_disk"] < len(dispatch._plans)  # views and in-place plans still came from disk
+
+
+def plan_file(store) -> Path:
+    (path,) = (store.root / "plans").glob("*.plans")
+    return path
+
+
+def test_a_damaged_plan_file_warns_once_and_plans_are_built(fresh_cache, stats):
+    host = inputs()
+    check(host)
+    saved_plans.save(dispatch._plans)
+    path = plan_file(fresh_cache)
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF
+    path.write_bytes(bytes(data))
+    forget_memory()
+    turbine.reset_stats()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check(host)
+    messages = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+    assert len(messages) == 1 and "plan file" in messages[0] and "its plans are built again" in messages[0]
+    assert stats()["plans_from_disk"] == 0 and not path.exists()
+
+
+class _RunsACommand:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_plan_file_cannot_run_code(fresh_cache, stats, tmp_path):
+    """A file with a valid checksum whose pickle names another global is ignored, not run."""
+    marker = tmp_path / "ran"
+    host = inputs()
+    check(host)
+    saved_plans.save(dispatch._plans)
+    path = plan_file(fresh_cache)
+    name = path.stem
+    evil = pickle.dumps({"aten::mm.default": pickle.dumps({(): _RunsACommand(marker)})})
+    fresh_cache.update_plans(name, lambda _: evil)
+    forget_memory()
+    turbine.reset_stats()
+    check(host)
+    assert not marker.exists()
+    assert stats()["plans_from_disk"] == 0
+
+
+def test_each_op_keeps_its_newest_plans(fresh_cache, monkeypatch):
+    monkeypatch.setattr(saved_plans, "MAX_PER_OP", 2)
+    for size in (2, 3, 4):
+        forget_memory()
+        (torch.randn(size, device="turbine:cpu") * 2).cpu()
+        saved_plans.save(dispatch._plans)
+    forget_memory()
+    (torch.randn(5, 5, device="turbine:cpu").sum()).cpu()  # another op, written after
+    saved_plans.save(dispatch._plans)
+    tables = saved_plans._decode(fresh_cache.load_plans(plan_file(fresh_cache).stem))
+    assert list(tables)[-1] == "aten::sum.default"  # the op written last is the newest
+    shapes = [key[0][0] for key in saved_plans._decode(tables["aten::mul.Tensor"])]
+    assert shapes == [(3,), (4,)]
+
+
+def test_switched_off_nothing_is_written_or_read(fresh_cache, stats):
+    host = inputs()
+    check(host)
+    with override(cache_plans=False):
+        saved_plans.save(dispatch._plans)
+        assert not list((fresh_cache.root / "plans").glob("*.plans"))
+    saved_plans.save(dispatch._plans)
+    forget_memory()
+    turbine.reset_stats()
+    with override(cache_plans=False):
+        check(host)
+    assert stats()["plans_from_disk"] == 0
+
+
+PROCESS = textwrap.dedent(
+    """
+    import json, sys, torch, turbine
+    first, second = sys.argv[1:]
+    turbine.device(first), turbine.device(second)  # the order decides their torch indices
+    torch.manual_seed(0)
+    results = {}
+    for name, size in (("turbine:cpu", 4), ("turbine:cpu1", 3)):  # other shapes, other plans
+        x = torch.randn(size, size)
+        y = x.to(name)
+        y.t().add_(1)
+        torch.testing.assert_close(y.cpu(), x.t().add(1).t())
+        torch.testing.assert_close((y @ y).cpu(), x.t().add(1).t() @ x.t().add(1).t())
+    from turbine.eager import dispatch
+    print(json.dumps(dict(turbine.stats(), plans=len(dispatch._plans))))
+    """
+)
+
+
+def run_process(cache_dir, *devices, **env):
+    environment = dict(os.environ, TURBINE_CACHE_DIR=str(cache_dir), **{"TURBINE_CACHE_PLANS": "1", **env})
+    result = subprocess.run([sys.executable, "-c", PROCESS, *devices], env=environment, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_process_leaves_its_plans_to_the_next_by_device_name(tmp_path):
+    """Plans are written as a process exits, per device name: the next process opens the two
+    CPU devices in the other order (other torch indices) and takes both devices' plans."""
+    first = run_process(tmp_path, "turbine:cpu1", "turbine:cpu")
+    assert first["plans_from_disk"] == 0
+    assert len(list((tmp_path / "plans").glob("*.plans"))) == 2
+    second = run_process(tmp_path, "turbine:cpu", "turbine:cpu1")
+    assert second["kernels_compiled"] == 0 and second["plans_from_disk"] == first["plans"] > 0
+    off = run_process(tmp_path, "turbine:cpu", "turbine:cpu1", TURBINE_CACHE_PLANS="0")
+    assert off["plans_from_disk"] == 0
+
+
+def test_cache_info_counts_plan_files_and_clear_removes_them(fresh_cache):
+    check(inputs())
+    saved_plans.save(dispatch._plans)
+    size = plan_file(fresh_cache).stat().st_size
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "turbine", "cache", *args, "--dir", str(fresh_cache.root)], capture_output=True, text=True, timeout=120)
+
+    assert f"1 files, {size} bytes" in cli("info").stdout
+    assert cli("clear", "--failed").returncode == 0 and plan_file(fresh_cache).exists()
+    assert cli("clear").returncode == 0
+    assert not list((fresh_cache.root / "plans").glob("*.plans"))
