@@ -8,12 +8,14 @@ does the same with TURBINE_BACKGROUND_COMPILE=0. As the cold process exits it st
 that compiles its kernels into one bundle (kernels_cache/bundles.py); the benchmark waits for it.
 "warm disk" runs in another new process on the directory the cold run filled; "warm memory"
 repeats the workload inside that process; "warm disk, same process" runs it there once more after
-forgetting every kernel and plan in memory, which leaves out a new process's first calls (torch's
-and turbine's per-op setup, page faults: 5-9 ms on a 2-core machine, paid with or without a
-cache). "warm disk, kernel by kernel" is a new process with TURBINE_CACHE_BUNDLES=0: what a warm
-start costs without the bundle (as before the builder has finished). Warm runs take the median
-of several new processes (--processes), since one run on a busy machine can be off by 2x. Target: warm disk compiles nothing and takes at most 1.5 times warm memory. Each
-process first triggers torch's own lazy imports (see warm_torch_imports).
+forgetting every kernel and plan in memory (they come back from the bundle and the saved plans),
+which leaves out a new process's first calls (torch's per-op setup, each kernel's first launch,
+page faults). "warm disk, kernel by kernel" is a new process with TURBINE_CACHE_BUNDLES=0: what a
+warm start costs without the bundle (as before the builder has finished); "warm disk, plans
+built again" one with TURBINE_CACHE_PLANS=0 (eager/saved_plans.py). Warm runs take the median of
+several new processes (--processes), since one run on a busy machine can be off by 2x. Target:
+warm disk compiles nothing and takes at most 1.5 times warm memory. Each process first triggers
+torch's own lazy imports (see warm_torch_imports).
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ def main() -> None:
         (serial,) = run_phase(
             serial_dir, args.device, args.steps, repeat=False, TURBINE_BACKGROUND_COMPILE="0", TURBINE_CACHE_BUNDLES="0"
         )
-    by_kernel, warm_disk, warm_memory, disk_same_process = [], [], [], []
+    by_kernel, no_plans, warm_disk, warm_memory, disk_same_process = [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="turbine-cache-bench-") as cache_dir:
         (cold,) = run_phase(cache_dir, args.device, args.steps, repeat=False)
         start = time.perf_counter()
@@ -128,28 +130,32 @@ def main() -> None:
         bundle_seconds = time.perf_counter() - start
         for _ in range(args.processes):  # alternating, so that both kinds meet the same machine noise
             by_kernel += run_phase(cache_dir, args.device, args.steps, repeat=False, TURBINE_CACHE_BUNDLES="0")
+            no_plans += run_phase(cache_dir, args.device, args.steps, repeat=False, TURBINE_CACHE_PLANS="0")
             disk, memory, forgotten = run_phase(cache_dir, args.device, args.steps, repeat=True)
             warm_disk.append(disk)
             warm_memory.append(memory)
             disk_same_process.append(forgotten)
     ratios = sorted(disk["seconds"] / memory["seconds"] for disk, memory in zip(warm_disk, warm_memory))
-    by_kernel, warm_disk, warm_memory = median_row(by_kernel), median_row(warm_disk), median_row(warm_memory)
+    by_kernel, no_plans = median_row(by_kernel), median_row(no_plans)
+    warm_disk, warm_memory = median_row(warm_disk), median_row(warm_memory)
     disk_same_process = median_row(disk_same_process)
     print(f"MLP 64-128-128-10, batch 32, {args.steps} SGD steps (forward + backward) on {args.device}")
     print(f"warm runs: the median of {args.processes} new processes each")
-    print("| run | seconds | kernels compiled | disk hits | bundles loaded | / warm memory |")
-    print("|---|---|---|---|---|---|")
+    print("| run | seconds | kernels compiled | disk hits | bundles loaded | plans from disk | / warm memory |")
+    print("|---|---|---|---|---|---|---|")
     rows = [
         ("cold cache, one compile at a time", serial),
         ("cold cache", cold),
         ("warm disk, kernel by kernel (new process)", by_kernel),
+        ("warm disk, plans built again (new process)", no_plans),
         ("warm disk (new process)", warm_disk),
         ("warm disk, same process (kernels and plans forgotten)", disk_same_process),
         ("warm memory", warm_memory),
     ]
     for name, row in rows:
         ratio = row["seconds"] / warm_memory["seconds"]
-        print(f"| {name} | {row['seconds']:.3f} | {row['compiled']} | {row['disk_hits']} | {row['bundles']} | {ratio:.2f} |")
+        cells = [f"{row['seconds']:.3f}", row["compiled"], row["disk_hits"], row["bundles"], row["plans"], f"{ratio:.2f}"]
+        print(f"| {name} | " + " | ".join(str(cell) for cell in cells) + " |")
     print(f"the cold process's bundle was ready {bundle_seconds:.1f} s after it exited")
     print(f"warm disk / warm memory in each process: {' '.join(f'{r:.2f}' for r in ratios)}")
     extra = warm_disk["seconds"] - warm_memory["seconds"]
