@@ -16,6 +16,11 @@ built again" one with TURBINE_CACHE_PLANS=0 (eager/saved_plans.py). Warm runs ta
 several new processes (--processes), since one run on a busy machine can be off by 2x. Target:
 warm disk compiles nothing and takes at most 1.5 times warm memory. Each process first triggers
 torch's own lazy imports (see warm_torch_imports).
+
+For reference, the table is followed by what a new process's first run costs torch alone: the
+same steps through a pass-through tensor subclass (each op goes through ``__torch_dispatch__`` to
+torch's own CPU kernel; no turbine, no cache), first run against second in one new process.
+That ratio is a floor under the warm-disk row's.
 """
 
 from __future__ import annotations
@@ -57,6 +62,48 @@ def warm_torch_imports(device: str) -> None:
 
     workload("cpu", 1)
     torch.nn.Parameter(torch.empty(1, device=device))
+
+
+def pass_through_phase(steps: int) -> None:
+    """torch alone: the workload's math through a pass-through tensor subclass, timed twice in
+    this new process; prints JSON [first seconds, second seconds]."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    class PassThrough(torch.Tensor):
+        @staticmethod
+        def __new__(cls, elem: torch.Tensor) -> "PassThrough":
+            wrapper = torch.Tensor._make_wrapper_subclass(cls, elem.shape, strides=elem.stride(), dtype=elem.dtype)
+            wrapper.elem = elem
+            return wrapper
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            unwrap = lambda value: value.elem if isinstance(value, PassThrough) else value  # noqa: E731
+            out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+            return tree_map(lambda value: PassThrough(value) if type(value) is torch.Tensor else value, out)
+
+    def run() -> float:
+        start = time.perf_counter()
+        torch.manual_seed(0)
+        sizes = [(64, 128), (128, 128), (128, 10)]
+        params = [PassThrough(t).requires_grad_() for i, o in sizes for t in (torch.randn(o, i) * 0.1, torch.zeros(o))]
+        optimizer = torch.optim.SGD(params, lr=0.05, momentum=0.9)
+        x, target = PassThrough(torch.randn(32, 64)), PassThrough(torch.randint(0, 10, (32,)))
+        for _ in range(steps):
+            optimizer.zero_grad()
+            hidden = x
+            for layer in range(3):
+                hidden = torch.nn.functional.linear(hidden, params[2 * layer], params[2 * layer + 1])
+                hidden = torch.relu(hidden) if layer < 2 else hidden
+            loss = torch.nn.functional.cross_entropy(hidden, target)
+            loss.backward()
+            optimizer.step()
+        loss.item()
+        return time.perf_counter() - start
+
+    warm_torch_imports("cpu")
+    print(json.dumps([run(), run()]))
 
 
 def phase(device: str, steps: int, repeat: bool) -> None:
@@ -111,9 +158,13 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=5, help="new processes per warm run; the table shows medians")
     parser.add_argument("--phase", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--repeat", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--pass-through", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase:
         phase(args.device, args.steps, args.repeat)
+        return
+    if args.pass_through:
+        pass_through_phase(args.steps)
         return
     from turbine.kernels_cache.bundles import wait_for_builders
 
@@ -121,7 +172,7 @@ def main() -> None:
         (serial,) = run_phase(
             serial_dir, args.device, args.steps, repeat=False, TURBINE_BACKGROUND_COMPILE="0", TURBINE_CACHE_BUNDLES="0"
         )
-    by_kernel, no_plans, warm_disk, warm_memory, disk_same_process = [], [], [], [], []
+    by_kernel, no_plans, warm_disk, warm_memory, disk_same_process, torch_alone = [], [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="turbine-cache-bench-") as cache_dir:
         (cold,) = run_phase(cache_dir, args.device, args.steps, repeat=False)
         start = time.perf_counter()
@@ -131,6 +182,9 @@ def main() -> None:
         for _ in range(args.processes):  # alternating, so that both kinds meet the same machine noise
             by_kernel += run_phase(cache_dir, args.device, args.steps, repeat=False, TURBINE_CACHE_BUNDLES="0")
             no_plans += run_phase(cache_dir, args.device, args.steps, repeat=False, TURBINE_CACHE_PLANS="0")
+            command = [sys.executable, __file__, "--pass-through", "--steps", str(args.steps)]
+            first, second = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+            torch_alone.append(first / second)
             disk, memory, forgotten = run_phase(cache_dir, args.device, args.steps, repeat=True)
             warm_disk.append(disk)
             warm_memory.append(memory)
@@ -158,6 +212,11 @@ def main() -> None:
         print(f"| {name} | " + " | ".join(str(cell) for cell in cells) + " |")
     print(f"the cold process's bundle was ready {bundle_seconds:.1f} s after it exited")
     print(f"warm disk / warm memory in each process: {' '.join(f'{r:.2f}' for r in ratios)}")
+    torch_alone.sort()
+    print(
+        f"torch alone (a pass-through tensor subclass, no turbine), first run / second in a new process: median "
+        f"{torch_alone[len(torch_alone) // 2]:.2f} ({' '.join(f'{r:.2f}' for r in torch_alone)})"
+    )
     extra = warm_disk["seconds"] - warm_memory["seconds"]
     per_kernel = extra / max(1, warm_disk["disk_hits"])
     print(
