@@ -22,7 +22,7 @@ from turbine.kernels_cache import CacheWarning
 @pytest.fixture(autouse=True)
 def _plans_on(monkeypatch):
     """conftest turns saved plans off for the test session; these tests use them."""
-    monkeypatch.setattr(saved_plans, "_built", [True])
+    monkeypatch.setattr(saved_plans, "_built", True)
     with override(cache_plans=True):
         yield
 

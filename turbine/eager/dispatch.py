@@ -128,7 +128,7 @@ class _FallbackPlan:
         return fallback.run(self.func, args, kwargs, self.reason)
 
     def record(self) -> None:
-        return None  # each process decides again (a failed compile is remembered by the kernel cache)
+        return None  # decided again in each process (the kernel cache remembers a failed compile)
 
 
 def stand_in(func: Any, args: tuple, kwargs: dict) -> Any:

@@ -50,8 +50,10 @@ MAX_PER_OP = 256
 
 #: Per device index: by op name, the plans saved (pickled until first asked for) and not taken yet.
 _pending: dict[int, dict[str, bytes | dict[tuple, tuple]]] = {}
-#: Whether this process built a plan that no file gave it (only then is there something to write).
-_built: list[bool] = [False]
+#: Whether this process built a plan that no file gave it: only then does its exit write (so a
+#: process that took every plan from disk leaves the file, and the order of its ops, as it was).
+_built = False
+#: Each op's name in the files, worked out once per op.
 _names: dict[Any, str] = {}
 
 
@@ -74,7 +76,8 @@ def take(key: tuple, device: Device) -> tuple | None:
 
 def built() -> None:
     """Note that a plan was built here (dispatch.py), so that the exit writes this process's plans."""
-    _built[0] = True
+    global _built
+    _built = True
 
 
 def forget() -> None:
@@ -120,7 +123,7 @@ def save(plans: dict[tuple, Any]) -> None:
     dispatch.py). Plans whose ``record()`` is None (fallbacks, kernels still compiling) and
     keys holding values the unpickler would refuse are left out."""
     store = _store()
-    if store is None or not store.writable or not _built[0]:
+    if store is None or not store.writable or not _built:
         return
     by_device: dict[int, dict[str, dict[tuple, tuple]]] = {}
     for key, plan in list(plans.items()):
