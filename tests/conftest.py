@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import warnings
 
 # A fresh kernel cache per test session: tests count compiles and must not depend on (or fill)
 # the user's cache. Set before turbine is imported, since the cache reads it at import.
@@ -59,6 +60,23 @@ def fresh_cache(tmp_path, monkeypatch):
     forget_memory()
     yield store
     forget_memory()
+
+
+def damage(path, offset: int) -> None:
+    """Flip the bits of one byte of a cache file, as a disk fault might."""
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def cache_warnings(run) -> list[str]:
+    """The CacheWarning messages ``run()`` gives."""
+    from turbine.kernels_cache import CacheWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run()
+    return [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
 
 
 def forget_memory() -> None:

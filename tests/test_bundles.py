@@ -5,17 +5,16 @@ import os
 import subprocess
 import sys
 import textwrap
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
 import turbine
-from conftest import forget_memory
+from conftest import cache_warnings, damage, forget_memory
 from turbine.config import override
 from turbine.eager import lowering
-from turbine.kernels_cache import CacheWarning, bundles
+from turbine.kernels_cache import bundles
 from turbine.kernels_cache import cache as cache_module
 
 
@@ -90,15 +89,10 @@ def test_a_damaged_bundle_warns_once_and_members_load_alone(fresh_cache, stats):
     run_ops(host)
     bundle = bundles.build(fresh_cache, used_digests())
     path = Path(fresh_cache.bundle_path(bundle))
-    data = bytearray(path.read_bytes())
-    data[-100] ^= 0xFF
-    path.write_bytes(bytes(data))
+    damage(path, -100)
     forget_memory()
     turbine.reset_stats()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        run_ops(host)
-    assert [str(w.message) for w in caught if issubclass(w.category, CacheWarning)] == [
+    assert cache_warnings(lambda: run_ops(host)) == [
         f"turbine's kernel cache bundle {bundle[:12]} was truncated or corrupt (checksum does not match); it is removed and its kernels load from their own entries."
     ]
     counts = stats()

@@ -6,17 +6,15 @@ import pickle
 import subprocess
 import sys
 import textwrap
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
 import turbine
-from conftest import forget_memory
+from conftest import cache_warnings, damage, forget_memory
 from turbine.config import override
 from turbine.eager import dispatch, saved_plans
-from turbine.kernels_cache import CacheWarning
 
 
 @pytest.fixture(autouse=True)
@@ -94,15 +92,10 @@ def test_a_damaged_plan_file_warns_once_and_plans_are_built(fresh_cache, stats):
     check(host)
     saved_plans.save(dispatch._plans)
     path = plan_file(fresh_cache)
-    data = bytearray(path.read_bytes())
-    data[-10] ^= 0xFF
-    path.write_bytes(bytes(data))
+    damage(path, -10)
     forget_memory()
     turbine.reset_stats()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        check(host)
-    messages = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+    messages = cache_warnings(lambda: check(host))
     assert len(messages) == 1 and "plan file" in messages[0] and "its plans are built again" in messages[0]
     assert stats()["plans_from_disk"] == 0 and not path.exists()
 
