@@ -15,6 +15,7 @@ import turbine
 from conftest import cache_warnings, damage, forget_memory
 from turbine.config import override
 from turbine.eager import dispatch, saved_plans
+from turbine.kernels_cache import cache as cache_module
 
 
 @pytest.fixture(autouse=True)
@@ -61,11 +62,28 @@ def test_saved_plans_replace_building_them(fresh_cache, stats, monkeypatch):
     saved_plans.save(dispatch._plans)
     forget_memory()
     no_meta_calls(monkeypatch)
+    hashed = []
+    digest_of = cache_module.digest_of
+    monkeypatch.setattr(cache_module, "digest_of", lambda key: hashed.append(key) or digest_of(key))
     turbine.reset_stats()
     check(host)
     counts = stats()
     assert counts["kernels_compiled"] == 0
     assert counts["plans_from_disk"] == planned == len(dispatch._plans)
+    # kernel plans kept their kernel's digest (views.py's gathers and scatters are no plans' kernels)
+    assert [key[0][0] for key in hashed if not key[0][0].startswith("turbine.")] == []
+
+
+def test_another_target_reads_another_plan_file(fresh_cache, stats):
+    host = inputs()
+    check(host)
+    saved_plans.save(dispatch._plans)
+    forget_memory()
+    turbine.reset_stats()
+    with override(cpu_target="generic"):
+        check(host)
+    counts = stats()
+    assert counts["plans_from_disk"] == 0 and counts["kernels_compiled"] > 0
 
 
 def test_a_plan_whose_kernel_is_gone_is_built_again(fresh_cache, stats):
@@ -122,6 +140,25 @@ def test_a_plan_file_cannot_run_code(fresh_cache, stats, tmp_path):
     turbine.reset_stats()
     check(host)
     assert not marker.exists()
+    assert stats()["plans_from_disk"] == 0
+
+
+def test_records_of_another_layout_are_built_again(fresh_cache, stats):
+    host = inputs()
+    check(host)
+    saved_plans.save(dispatch._plans)
+    name = plan_file(fresh_cache).stem
+
+    def truncate(data):
+        tables = saved_plans._decode(data)
+        return saved_plans._encode(
+            {op: saved_plans._encode({key: ("kernel",) for key in saved_plans._decode(blob)}) for op, blob in tables.items()}
+        )
+
+    fresh_cache.update_plans(name, truncate)
+    forget_memory()
+    turbine.reset_stats()
+    check(host)
     assert stats()["plans_from_disk"] == 0
 
 

@@ -82,7 +82,10 @@ def _plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
 def _new_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, key: tuple) -> Callable:
     """A key's plan, kept in the plan cache: from its saved record if a file has one, else built."""
     record = saved_plans.take(key, leaves.device) if leaves.device is not None else None
-    plan = _from_record(func, schema, leaves, record) if record is not None else None
+    try:
+        plan = _from_record(func, schema, leaves, record) if record is not None else None
+    except (ValueError, TypeError, KeyError, IndexError):
+        plan = None  # a record of another layout (a file edited by hand): built as if it had none
     if plan is None:
         try:
             plan = _build_plan(func, schema, args, kwargs, leaves)
@@ -102,8 +105,8 @@ def _from_record(func: Any, schema: OpSchema, leaves: Leaves, record: tuple) -> 
     kernel is no longer in the kernel cache."""
     kind = record[0]
     if kind == "kernel":
-        _, signature, scalar_dtypes, layouts, structure = record
-        kernel = kernel_cache.stored(signature, leaves.device)
+        _, signature, digest, scalar_dtypes, layouts, structure = record
+        kernel = kernel_cache.stored(signature, leaves.device, digest)
         if kernel is None:
             return None
         plan: Callable = _KernelPlan(func, leaves.device, kernel, signature, list(scalar_dtypes), layouts, structure)
@@ -500,7 +503,8 @@ class _KernelPlan:
         should take such a plan without trying the kernel cache itself."""
         if self.kernel is None or self.failure is not None:
             return None
-        return ("kernel", self.signature, tuple(self.scalar_dtypes), self.layouts, self.kind)
+        digest = kernel_cache.digest(self.signature, self.device)
+        return ("kernel", self.signature, digest, tuple(self.scalar_dtypes), self.layouts, self.kind)
 
 
 def _scalar_reference(leaves: Leaves) -> torch.Tensor | None:

@@ -16,7 +16,8 @@ that was planned once is planned the same way again. Keys name devices, not torc
 depend on the order a process opened its devices in.
 
 The tag holds everything a plan depends on besides its key: turbine's version and PLAN_VERSION,
-torch's version (its meta kernels), the lowering version (kernel signatures). A file holds each
+torch's version (its meta kernels), the lowering version and the device's compile target (a
+kernel plan keeps its kernel's signature and the digest that names the kernel's entry). A file holds each
 op's plans pickled apart (MAX_OPS, MAX_PER_OP), read by an unpickler that admits only numbers,
 strings, tuples and torch dtypes. ``TURBINE_CACHE_PLANS=0`` turns this off.
 """
@@ -35,12 +36,12 @@ import torch
 import turbine
 from turbine.config import config
 from turbine.device import Device, by_index
-from turbine.kernels_cache import LOWERING_VERSION, DiskStore, kernel_cache
+from turbine.kernels_cache import LOWERING_VERSION, DiskStore, kernel_cache, target_for
 
 log = logging.getLogger("turbine")
 
 #: Bump by hand when a plan's record changes meaning (dispatch.py's ``record`` methods).
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 
 #: A file keeps the plans of the MAX_OPS ops written last, at most MAX_PER_OP plans each (the
 #: newest). Each op's plans are decoded at the first plan of that op a process needs, so a file
@@ -91,7 +92,9 @@ def _store() -> DiskStore | None:
 
 
 def _file_name(device: Device) -> str:
-    versions = f"{turbine.__version__} {PLAN_VERSION} {torch.__version__} {LOWERING_VERSION}"
+    """Per device and its compile target: kernel plans keep their kernel's digest, which the
+    target is part of (another target, through TURBINE_CPU_TARGET say, reads another file)."""
+    versions = f"{turbine.__version__} {PLAN_VERSION} {torch.__version__} {LOWERING_VERSION} {target_for(device).key()}"
     tag = hashlib.sha256(versions.encode()).hexdigest()[:16]
     return f"{tag}-{device.name.replace(':', '-')}"
 
