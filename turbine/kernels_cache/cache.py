@@ -198,9 +198,9 @@ class KernelCache:
         never looks for a failure (the caller's full path, ``kernel`` or ``start``, does).
 
         The eager layer asks this first so that a warm process can build a plan from the
-        kernel's metadata alone, without tracing or checking the op again. ``digest``, when the
-        caller kept it (``digest``) for this device's current target, saves hashing the key
-        again: 10-15 us in a new process's first lookups.
+        kernel's metadata alone, without tracing or checking the op again. ``digest`` is the
+        key's as ``digest()`` gave it for this device's current target, when the caller kept it
+        (saved plans do): it saves hashing the key again, 10-15 us in a new process's first lookups.
         """
         _, key, kernel = self._lookup(signature, device)
         if kernel is not None:
