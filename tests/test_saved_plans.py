@@ -177,6 +177,18 @@ def test_each_op_keeps_its_newest_plans(fresh_cache, monkeypatch):
     assert shapes == [(3,), (4,)]
 
 
+def test_a_cache_that_cannot_hold_plans_raises_nothing(fresh_cache, stats):
+    """Plans only save time: a process that cannot write them exits as it would have."""
+    host = inputs()
+    check(host)
+    (fresh_cache.root / "plans").write_text("a file where the plans directory should be")
+    saved_plans.save(dispatch._plans)  # as at exit
+    forget_memory()
+    turbine.reset_stats()
+    check(host)
+    assert stats()["plans_from_disk"] == 0
+
+
 def test_switched_off_nothing_is_written_or_read(fresh_cache, stats):
     host = inputs()
     check(host)
