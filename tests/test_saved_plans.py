@@ -189,6 +189,20 @@ def test_a_cache_that_cannot_hold_plans_raises_nothing(fresh_cache, stats):
     assert stats()["plans_from_disk"] == 0
 
 
+def test_plans_holding_values_a_file_cannot_keep_are_left_out(fresh_cache):
+    """A key or record with a value the unpickler would refuse (any object but numbers, strings,
+    tuples and dtypes) is not written; the rest are."""
+    check(inputs())
+    plans = dict(dispatch._plans)
+    (key, plan), *_ = [(k, p) for k, p in plans.items() if p.record() is not None]
+    odd_key = (key[0], object(), *key[1:])
+    plans[odd_key] = plan
+    saved_plans.save(plans)
+    (tables,) = [saved_plans._decode(fresh_cache.load_plans(plan_file(fresh_cache).stem))]
+    written = [k for blob in tables.values() for k in saved_plans._decode(blob)]
+    assert key[1:-1] in written and odd_key[1:-1] not in written
+
+
 def test_switched_off_nothing_is_written_or_read(fresh_cache, stats):
     host = inputs()
     check(host)

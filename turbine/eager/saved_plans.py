@@ -131,7 +131,7 @@ def save(plans: dict[tuple, Any]) -> None:
     by_device: dict[int, dict[str, dict[tuple, tuple]]] = {}
     for key, plan in list(plans.items()):
         record = plan.record()
-        if record is None or not _plain(key[1:-1]) or not _plain(record):
+        if record is None or not _storable(key[1:-1]) or not _storable(record):
             continue
         by_device.setdefault(key[-1], {}).setdefault(_op_name(key[0]), {})[key[1:-1]] = record
     for index, by_op in by_device.items():
@@ -160,15 +160,15 @@ def _encode(value: dict) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-_PLAIN_TYPES = (str, int, float, bool, complex, type(None), torch.dtype)
+_STORABLE_TYPES = (str, int, float, bool, complex, type(None), torch.dtype)
 _NUMBER_TYPES = (int, float, bool, complex)
 
 
-def _plain(value: Any) -> bool:
+def _storable(value: Any) -> bool:
     """Whether a key or record holds only what the unpickler admits."""
     if isinstance(value, (tuple, list)):
-        return all(_plain(item) for item in value)
-    return isinstance(value, _PLAIN_TYPES) or (isinstance(value, type) and value in _NUMBER_TYPES)
+        return all(_storable(item) for item in value)
+    return isinstance(value, _STORABLE_TYPES) or (isinstance(value, type) and value in _NUMBER_TYPES)
 
 
 # --- reading --------------------------------------------------------------------------------

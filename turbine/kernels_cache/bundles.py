@@ -9,9 +9,9 @@ module, one function each: one read and one instantiation for all of them.
 When: a process that used at least ``config.bundle_min_kernels`` kernels that are in no bundle
 starts a builder as it exits: a detached, low-priority process (as ``git gc --auto`` does) that
 compiles their MLIR together (42 kernels: 4-8 s on 2 cores, against 12-13 s one by one),
-writes the bundle atomically, then names the bundle in each member's entry. A later process that reads a
-member's entry loads the bundle and takes the other members from it without reading the disk
-again. Members keep their own entries, so an evicted or damaged bundle costs only the time it
+writes the bundle atomically, then names the bundle in each member's entry. A later process
+that reads a member's entry loads the bundle and takes the other members from it without
+reading the disk again. Members keep their own entries, so an evicted or damaged bundle costs only the time it
 would have saved.
 """
 

@@ -200,10 +200,9 @@ class DiskStore:
             if self._bytes > self.max_bytes:
                 self._evict()
 
-    def update_plans(self, name: str, update: Callable[[memoryview | None], bytes | None]) -> None:
-        """Rewrite a plan file from its current bytes (None if it has none), one process at a
-        time: processes that exit together each add their plans. ``update`` returns None to
-        leave the file as it is."""
+    def update_plans(self, name: str, update: Callable[[memoryview | None], bytes]) -> None:
+        """Rewrite a plan file as ``update`` makes it from its current bytes (None if it has
+        none), one process at a time: processes that exit together each add their plans."""
         if not self.writable:
             return
         path = Path(self.plans_path(name))
@@ -211,8 +210,7 @@ class DiskStore:
             path.parent.mkdir(exist_ok=True)
             with filelock.FileLock(str(path.parent / ".lock"), timeout=10):
                 data = update(self.load_plans(name))
-                if data is not None:
-                    self._write(path, _entry_bytes(data, {"bytes": len(data), "created": _now()}))
+                self._write(path, _entry_bytes(data, {"bytes": len(data), "created": _now()}))
         except (OSError, filelock.Timeout):
             pass  # plans only save time: a process that cannot write them exits as it would have
 
