@@ -12,10 +12,15 @@ forgetting every kernel and plan in memory (they come back from the bundle and t
 which leaves out a new process's first calls (torch's per-op setup, each kernel's first launch,
 page faults). "warm disk, kernel by kernel" is a new process with TURBINE_CACHE_BUNDLES=0: what a
 warm start costs without the bundle (as before the builder has finished); "warm disk, plans
-built again" one with TURBINE_CACHE_PLANS=0 (eager/saved_plans.py). Warm runs take the median of
-several new processes (--processes), since one run on a busy machine can be off by 2x. Target:
-warm disk compiles nothing and takes at most 1.5 times warm memory. Each process first triggers
-torch's own lazy imports (see warm_torch_imports).
+built again" one with TURBINE_CACHE_PLANS=0 (eager/saved_plans.py). Every process also runs the
+workload a second time, warm memory in that process, and each run is compared with its own
+process's: a ratio within one process. Warm rows are the median of several new processes
+(--processes), since one run on a busy machine can be off by 2x. Target: warm disk compiles
+nothing and takes at most 1.5 times warm memory. Each process first triggers
+torch's own lazy imports (see warm_torch_imports), and each timed run starts with a garbage
+collection: otherwise the first run in a process pays for collecting the young objects its
+imports left (a generation-1 collection of ~4400 objects, 1.2-2.2 ms here), which says nothing
+about the cache.
 
 For reference, the table is followed by what a new process's first run costs torch alone: the
 same steps through a pass-through tensor subclass (each op goes through ``__torch_dispatch__`` to
@@ -26,6 +31,7 @@ That ratio is a floor under the warm-disk row's.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -84,6 +90,7 @@ def pass_through_phase(steps: int) -> None:
             return tree_map(lambda value: PassThrough(value) if type(value) is torch.Tensor else value, out)
 
     def run() -> float:
+        gc.collect()
         start = time.perf_counter()
         torch.manual_seed(0)
         sizes = [(64, 128), (128, 128), (128, 10)]
@@ -106,10 +113,10 @@ def pass_through_phase(steps: int) -> None:
     print(json.dumps([run(), run()]))
 
 
-def phase(device: str, steps: int, repeat: bool) -> None:
-    """One process: time the workload, print JSON timings and stats. With ``repeat``, time it
-    again (warm memory), then once more after forgetting every kernel and plan in memory: the
-    disk's cost without a new process's first calls."""
+def phase(device: str, steps: int, forget: bool) -> None:
+    """One process: time the workload, then again (warm memory, this process's own yardstick);
+    with ``forget``, once more after forgetting every kernel and plan in memory: the disk's cost
+    without a new process's first calls. Prints JSON timings and stats."""
     import turbine
     from turbine.eager import dispatch
     from turbine.kernels_cache import kernel_cache
@@ -117,11 +124,12 @@ def phase(device: str, steps: int, repeat: bool) -> None:
     warm_torch_imports(device)
 
     rows = []
-    for name in ["first", "again", "forgotten"] if repeat else ["first"]:
+    for name in ["first", "again", "forgotten"] if forget else ["first", "again"]:
         if name == "forgotten":
             kernel_cache.clear_memory()
             dispatch.clear_plans()
         turbine.reset_stats()
+        gc.collect()
         start = time.perf_counter()
         workload(device, steps)
         seconds = time.perf_counter() - start
@@ -139,16 +147,23 @@ def phase(device: str, steps: int, repeat: bool) -> None:
     print(json.dumps(rows))
 
 
-def run_phase(cache_dir: str, device: str, steps: int, repeat: bool, **env_vars: str) -> list[dict]:
+def run_phase(cache_dir: str, device: str, steps: int, forget: bool = False, **env_vars: str) -> list[dict]:
     env = dict(os.environ, TURBINE_CACHE_DIR=cache_dir, TURBINE_PROGRESS="0", **env_vars)
-    command = [sys.executable, __file__, "--phase", "--device", device, "--steps", str(steps)] + (["--repeat"] if repeat else [])
+    command = [sys.executable, __file__, "--phase", "--device", device, "--steps", str(steps)] + (["--forget"] if forget else [])
     result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def median_row(rows: list[dict]) -> dict:
-    """The row of median time among runs of one kind (their counts agree: each run is the same)."""
-    return sorted(rows, key=lambda row: row["seconds"])[len(rows) // 2]
+def summary(runs: list[dict], yardsticks: list[dict]) -> dict:
+    """A row of the table from runs of one kind, each with its process's warm-memory run: the
+    median run's counts and seconds, and the median of the runs' times over their own process's
+    warm memory (a ratio within one process, so that a machine busier for one process than for
+    another does not tilt it)."""
+    ratios = sorted(run["seconds"] / yardstick["seconds"] for run, yardstick in zip(runs, yardsticks))
+    row = dict(sorted(runs, key=lambda run: run["seconds"])[len(runs) // 2])
+    row["ratio"] = ratios[len(ratios) // 2]
+    row["ratios"] = ratios
+    return row
 
 
 def main() -> None:
@@ -157,11 +172,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--processes", type=int, default=5, help="new processes per warm run; the table shows medians")
     parser.add_argument("--phase", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--repeat", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--forget", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--pass-through", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase:
-        phase(args.device, args.steps, args.repeat)
+        phase(args.device, args.steps, args.forget)
         return
     if args.pass_through:
         pass_through_phase(args.steps)
@@ -169,59 +184,55 @@ def main() -> None:
     from turbine.kernels_cache.bundles import wait_for_builders
 
     with tempfile.TemporaryDirectory(prefix="turbine-cache-bench-") as serial_dir:
-        (serial,) = run_phase(
-            serial_dir, args.device, args.steps, repeat=False, TURBINE_BACKGROUND_COMPILE="0", TURBINE_CACHE_BUNDLES="0"
-        )
-    by_kernel, no_plans, warm_disk, warm_memory, disk_same_process, torch_alone = [], [], [], [], [], []
+        serial = run_phase(serial_dir, args.device, args.steps, TURBINE_BACKGROUND_COMPILE="0", TURBINE_CACHE_BUNDLES="0")
+    by_kernel, no_plans, warm, torch_alone = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="turbine-cache-bench-") as cache_dir:
-        (cold,) = run_phase(cache_dir, args.device, args.steps, repeat=False)
+        cold = run_phase(cache_dir, args.device, args.steps)
         start = time.perf_counter()
         if not wait_for_builders(cache_dir):
             print("the bundle builder did not finish in 10 minutes", file=sys.stderr)
         bundle_seconds = time.perf_counter() - start
-        for _ in range(args.processes):  # alternating, so that both kinds meet the same machine noise
-            by_kernel += run_phase(cache_dir, args.device, args.steps, repeat=False, TURBINE_CACHE_BUNDLES="0")
-            no_plans += run_phase(cache_dir, args.device, args.steps, repeat=False, TURBINE_CACHE_PLANS="0")
+        for _ in range(args.processes):  # alternating, so that every kind meets the same machine noise
+            by_kernel.append(run_phase(cache_dir, args.device, args.steps, TURBINE_CACHE_BUNDLES="0"))
+            no_plans.append(run_phase(cache_dir, args.device, args.steps, TURBINE_CACHE_PLANS="0"))
             command = [sys.executable, __file__, "--pass-through", "--steps", str(args.steps)]
             torch_alone.append(json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()[-1]))
-            disk, memory, forgotten = run_phase(cache_dir, args.device, args.steps, repeat=True)
-            warm_disk.append(disk)
-            warm_memory.append(memory)
-            disk_same_process.append(forgotten)
-    ratios = sorted(disk["seconds"] / memory["seconds"] for disk, memory in zip(warm_disk, warm_memory))
-    by_kernel, no_plans = median_row(by_kernel), median_row(no_plans)
-    warm_disk, warm_memory = median_row(warm_disk), median_row(warm_memory)
-    disk_same_process = median_row(disk_same_process)
+            warm.append(run_phase(cache_dir, args.device, args.steps, forget=True))
+    firsts, memories, forgottens = ([process[i] for process in warm] for i in range(3))
+    warm_disk = summary(firsts, memories)
+    warm_memory = summary(memories, memories)
     print(f"MLP 64-128-128-10, batch 32, {args.steps} SGD steps (forward + backward) on {args.device}")
-    print(f"warm runs: the median of {args.processes} new processes each")
+    print(
+        f"seconds: each row's median run; warm rows run in {args.processes} new processes each. / warm memory: "
+        "the median over those processes of each run's time over its own process's warm-memory run"
+    )
     print("| run | seconds | kernels compiled | disk hits | bundles loaded | plans from disk | / warm memory |")
     print("|---|---|---|---|---|---|---|")
     rows = [
-        ("cold cache, one compile at a time", serial),
-        ("cold cache", cold),
-        ("warm disk, kernel by kernel (new process)", by_kernel),
-        ("warm disk, plans built again (new process)", no_plans),
+        ("cold cache, one compile at a time", summary([serial[0]], [serial[1]])),
+        ("cold cache", summary([cold[0]], [cold[1]])),
+        ("warm disk, kernel by kernel (new process)", summary(*zip(*by_kernel))),
+        ("warm disk, plans built again (new process)", summary(*zip(*no_plans))),
         ("warm disk (new process)", warm_disk),
-        ("warm disk, same process (kernels and plans forgotten)", disk_same_process),
+        ("warm disk, same process (kernels and plans forgotten)", summary(forgottens, memories)),
         ("warm memory", warm_memory),
     ]
     for name, row in rows:
-        ratio = row["seconds"] / warm_memory["seconds"]
-        cells = [f"{row['seconds']:.3f}", row["compiled"], row["disk_hits"], row["bundles"], row["plans"], f"{ratio:.2f}"]
+        cells = [f"{row['seconds']:.3f}", row["compiled"], row["disk_hits"], row["bundles"], row["plans"], f"{row['ratio']:.2f}"]
         print(f"| {name} | " + " | ".join(str(cell) for cell in cells) + " |")
     print(f"the cold process's bundle was ready {bundle_seconds:.1f} s after it exited")
-    print(f"warm disk / warm memory in each process: {' '.join(f'{r:.2f}' for r in ratios)}")
+    print(f"warm disk / warm memory in each process: {' '.join(f'{r:.2f}' for r in warm_disk['ratios'])}")
     alone = sorted(first / second for first, second in torch_alone)
     extra = sorted(first - second for first, second in torch_alone)[len(torch_alone) // 2]
     print(
         f"torch alone (a pass-through tensor subclass, no turbine), first run / second in a new process: median "
         f"{alone[len(alone) // 2]:.2f} ({' '.join(f'{r:.2f}' for r in alone)}); the first took {extra * 1e3:.1f} ms more"
     )
-    extra = warm_disk["seconds"] - warm_memory["seconds"]
+    extra = sorted(first["seconds"] - memory["seconds"] for first, memory in zip(firsts, memories))[len(firsts) // 2]
     per_kernel = extra / max(1, warm_disk["disk_hits"])
     print(
-        f"warm disk's run took {extra * 1e3:.1f} ms more than warm memory's: {per_kernel * 1e6:.0f} us per kernel read "
-        "from disk, a new process's first calls included"
+        f"warm disk's run took {extra * 1e3:.1f} ms more than its process's warm memory (median): {per_kernel * 1e6:.0f} us "
+        "per kernel read from disk, a new process's first calls included"
     )
 
 
