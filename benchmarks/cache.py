@@ -12,11 +12,16 @@ forgetting every kernel and plan in memory (they come back from the bundle and t
 which leaves out a new process's first calls (torch's per-op setup, each kernel's first launch,
 page faults). "warm disk, kernel by kernel" is a new process with TURBINE_CACHE_BUNDLES=0: what a
 warm start costs without the bundle (as before the builder has finished); "warm disk, plans
-built again" one with TURBINE_CACHE_PLANS=0 (eager/saved_plans.py). Every process also runs the
-workload a second time, warm memory in that process, and each run is compared with its own
-process's: a ratio within one process. Warm rows are the median of several new processes
-(--processes), since one run on a busy machine can be off by 2x. Target: warm disk compiles
-nothing and takes at most 1.5 times warm memory. Each process first triggers
+built again" one with TURBINE_CACHE_PLANS=0 (eager/saved_plans.py). "warm disk, after another
+model" runs in a new process that first trained another MLP (the same ops on other shapes) from
+its own warm cache: turbine's and torch's code paths and the bundle are warm there, while this
+model's plans and kernels still come from disk, which splits what a new process costs from what
+reading this model from the cache costs.
+
+Every process also runs the workload a second time, warm memory in that process, and each run
+is compared with its own process's: a ratio within one process. Warm rows are the median of
+several new processes (--processes), since one run on a busy machine can be off by 2x. Target:
+warm disk compiles nothing and takes at most 1.5 times warm memory. Each process first triggers
 torch's own lazy imports (see warm_torch_imports), and each timed run starts with a garbage
 collection: otherwise the first run in a process pays for collecting the young objects its
 imports left (a generation-1 collection of ~4400 objects, 1.2-2.2 ms here), which says nothing
@@ -40,18 +45,30 @@ import tempfile
 import time
 
 
-def workload(device: str, steps: int) -> None:
+#: The MLP timed: layer widths and batch size.
+MODEL = ((64, 128, 128, 10), 32)
+#: Another MLP (the same ops on other shapes, so other kernels and plans), run first by the
+#: "after another model" processes.
+OTHER_MODEL = ((48, 96, 96, 8), 16)
+
+
+def workload(device: str, steps: int, model_shape: tuple = MODEL) -> None:
     import torch
 
     import turbine  # noqa: F401  (registers the turbine device)
 
+    (width_in, hidden_1, hidden_2, classes), batch = model_shape
     torch.manual_seed(0)
     model = torch.nn.Sequential(
-        torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)
+        torch.nn.Linear(width_in, hidden_1),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden_1, hidden_2),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden_2, classes),
     ).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    x = torch.randn(32, 64, device=device)
-    target = torch.randint(0, 10, (32,), device=device)
+    x = torch.randn(batch, width_in, device=device)
+    target = torch.randint(0, classes, (batch,), device=device)
     for _ in range(steps):
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x), target)
@@ -113,15 +130,18 @@ def pass_through_phase(steps: int) -> None:
     print(json.dumps([run(), run()]))
 
 
-def phase(device: str, steps: int, forget: bool) -> None:
+def phase(device: str, steps: int, forget: bool, other_first: bool) -> None:
     """One process: time the workload, then again (warm memory, this process's own yardstick);
     with ``forget``, once more after forgetting every kernel and plan in memory: the disk's cost
-    without a new process's first calls. Prints JSON timings and stats."""
+    without a new process's first calls. With ``other_first``, run OTHER_MODEL before timing.
+    Prints JSON timings and stats."""
     import turbine
     from turbine.eager import dispatch
     from turbine.kernels_cache import kernel_cache
 
     warm_torch_imports(device)
+    if other_first:
+        workload(device, steps, OTHER_MODEL)
 
     rows = []
     for name in ["first", "again", "forgotten"] if forget else ["first", "again"]:
@@ -147,9 +167,12 @@ def phase(device: str, steps: int, forget: bool) -> None:
     print(json.dumps(rows))
 
 
-def run_phase(cache_dir: str, device: str, steps: int, forget: bool = False, **env_vars: str) -> list[dict]:
+def run_phase(
+    cache_dir: str, device: str, steps: int, forget: bool = False, other_first: bool = False, **env_vars: str
+) -> list[dict]:
     env = dict(os.environ, TURBINE_CACHE_DIR=cache_dir, TURBINE_PROGRESS="0", **env_vars)
-    command = [sys.executable, __file__, "--phase", "--device", device, "--steps", str(steps)] + (["--forget"] if forget else [])
+    command = [sys.executable, __file__, "--phase", "--device", device, "--steps", str(steps)]
+    command += (["--forget"] if forget else []) + (["--other-first"] if other_first else [])
     result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -173,10 +196,11 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=5, help="new processes per warm run; the table shows medians")
     parser.add_argument("--phase", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--forget", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--other-first", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--pass-through", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase:
-        phase(args.device, args.steps, args.forget)
+        phase(args.device, args.steps, args.forget, args.other_first)
         return
     if args.pass_through:
         pass_through_phase(args.steps)
@@ -185,16 +209,22 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="turbine-cache-bench-") as serial_dir:
         serial = run_phase(serial_dir, args.device, args.steps, TURBINE_BACKGROUND_COMPILE="0", TURBINE_CACHE_BUNDLES="0")
-    by_kernel, no_plans, warm, torch_alone = [], [], [], []
-    with tempfile.TemporaryDirectory(prefix="turbine-cache-bench-") as cache_dir:
+    by_kernel, no_plans, warm, after_other, torch_alone = [], [], [], [], []
+    with (
+        tempfile.TemporaryDirectory(prefix="turbine-cache-bench-") as cache_dir,
+        tempfile.TemporaryDirectory(prefix="turbine-cache-bench-") as other_dir,
+    ):
         cold = run_phase(cache_dir, args.device, args.steps)
         start = time.perf_counter()
         if not wait_for_builders(cache_dir):
             print("the bundle builder did not finish in 10 minutes", file=sys.stderr)
         bundle_seconds = time.perf_counter() - start
+        run_phase(other_dir, args.device, args.steps, other_first=True)  # both models' kernels, in one bundle
+        wait_for_builders(other_dir)
         for _ in range(args.processes):  # alternating, so that every kind meets the same machine noise
             by_kernel.append(run_phase(cache_dir, args.device, args.steps, TURBINE_CACHE_BUNDLES="0"))
             no_plans.append(run_phase(cache_dir, args.device, args.steps, TURBINE_CACHE_PLANS="0"))
+            after_other.append(run_phase(other_dir, args.device, args.steps, other_first=True))
             command = [sys.executable, __file__, "--pass-through", "--steps", str(args.steps)]
             torch_alone.append(json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()[-1]))
             warm.append(run_phase(cache_dir, args.device, args.steps, forget=True))
@@ -214,6 +244,7 @@ def main() -> None:
         ("warm disk, kernel by kernel (new process)", summary(*zip(*by_kernel))),
         ("warm disk, plans built again (new process)", summary(*zip(*no_plans))),
         ("warm disk (new process)", warm_disk),
+        ("warm disk, after another model (new process)", summary(*zip(*after_other))),
         ("warm disk, same process (kernels and plans forgotten)", summary(forgottens, memories)),
         ("warm memory", warm_memory),
     ]
