@@ -19,12 +19,12 @@ model's plans and kernels still come from disk, which splits what a new process 
 reading this model from the cache costs.
 
 Every process also runs the workload MEMORY_RUNS more times, warm memory in that process, and
-each row's run is compared with the median of those: a ratio within one process. Warm rows are the median of
-several new processes (--processes), since one run on a busy machine can be off by 2x. Target:
-warm disk compiles nothing and takes at most 1.5 times warm memory. Each process first triggers
-torch's own lazy imports (see warm_torch_imports), and each timed run starts with a garbage
-collection: otherwise the first run in a process pays for collecting the young objects its
-imports left (a generation-1 collection of ~4400 objects, 1.2-2.2 ms here), which says nothing
+each row's run is compared with the median of those: a ratio within one process. Warm rows are
+the median of several new processes (--processes), since one run on a busy machine can be off by
+2x. Target: warm disk compiles nothing and takes at most 1.5 times warm memory. Each process
+first triggers torch's own lazy imports (see warm_torch_imports), and each timed run starts with
+a garbage collection: otherwise the first run in a process pays for collecting the young objects
+its imports left (a generation-1 collection of ~4400 objects, 1.2-2.2 ms here), which says nothing
 about the cache.
 
 For reference, the table is followed by what a new process's first run costs torch alone: the
@@ -186,15 +186,25 @@ def run_phase(
 
 
 def summary(runs: list[dict], yardsticks: list[dict]) -> dict:
-    """A row of the table from runs of one kind, each with its process's warm-memory run: the
-    median run's counts and seconds, and the median of the runs' times over their own process's
-    warm memory (a ratio within one process, so that a machine busier for one process than for
-    another does not tilt it)."""
+    """A row of the table from runs of one kind, each with its process's median warm-memory run:
+    the median run's counts and seconds, and the median of the runs' times over their own
+    process's warm memory (a ratio within one process, so that a machine busier for one process
+    than for another does not tilt it)."""
     ratios = sorted(run["seconds"] / yardstick["seconds"] for run, yardstick in zip(runs, yardsticks))
     row = dict(sorted(runs, key=lambda run: run["seconds"])[len(runs) // 2])
     row["ratio"] = ratios[len(ratios) // 2]
     row["ratios"] = ratios
     return row
+
+
+def wait_for_bundle(cache_dir: str) -> float:
+    """Wait for the bundle builder a cold process started as it exited; returns the seconds waited."""
+    from turbine.kernels_cache.bundles import wait_for_builders
+
+    start = time.perf_counter()
+    if not wait_for_builders(cache_dir):
+        print("the bundle builder did not finish in 10 minutes", file=sys.stderr)
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -213,8 +223,6 @@ def main() -> None:
     if args.pass_through:
         pass_through_phase(args.steps)
         return
-    from turbine.kernels_cache.bundles import wait_for_builders
-
     with tempfile.TemporaryDirectory(prefix="turbine-cache-bench-") as serial_dir:
         serial = run_phase(serial_dir, args.device, args.steps, TURBINE_BACKGROUND_COMPILE="0", TURBINE_CACHE_BUNDLES="0")
     by_kernel, no_plans, warm, after_other, torch_alone = [], [], [], [], []
@@ -223,12 +231,9 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="turbine-cache-bench-") as other_dir,
     ):
         cold = run_phase(cache_dir, args.device, args.steps)
-        start = time.perf_counter()
-        if not wait_for_builders(cache_dir):
-            print("the bundle builder did not finish in 10 minutes", file=sys.stderr)
-        bundle_seconds = time.perf_counter() - start
+        bundle_seconds = wait_for_bundle(cache_dir)
         run_phase(other_dir, args.device, args.steps, other_first=True)  # both models' kernels, in one bundle
-        wait_for_builders(other_dir)
+        wait_for_bundle(other_dir)
         for _ in range(args.processes):  # alternating, so that every kind meets the same machine noise
             by_kernel.append(run_phase(cache_dir, args.device, args.steps, TURBINE_CACHE_BUNDLES="0"))
             no_plans.append(run_phase(cache_dir, args.device, args.steps, TURBINE_CACHE_PLANS="0"))
