@@ -39,6 +39,7 @@ import argparse
 import gc
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,9 @@ MODEL = ((64, 128, 128, 10), 32)
 #: Another MLP (the same ops on other shapes, so other kernels and plans), run first by the
 #: "after another model" processes.
 OTHER_MODEL = ((48, 96, 96, 8), 16)
+#: Warm-memory runs per process; the median one is the process's yardstick (one run on this VM
+#: can take 1.5x another in the same process).
+MEMORY_RUNS = 5
 
 
 def workload(device: str, steps: int, model_shape: tuple = MODEL) -> None:
@@ -109,10 +113,12 @@ def pass_through_phase(steps: int) -> None:
         gc.collect()
         start = time.perf_counter()
         torch.manual_seed(0)
-        sizes = [(64, 128), (128, 128), (128, 10)]
+        widths, batch = MODEL
+        sizes = list(zip(widths, widths[1:]))
         params = [PassThrough(t).requires_grad_() for i, o in sizes for t in (torch.randn(o, i) * 0.1, torch.zeros(o))]
         optimizer = torch.optim.SGD(params, lr=0.05, momentum=0.9)
-        x, target = PassThrough(torch.randn(32, 64)), PassThrough(torch.randint(0, 10, (32,)))
+        x = PassThrough(torch.randn(batch, widths[0]))
+        target = PassThrough(torch.randint(0, widths[-1], (batch,)))
         for _ in range(steps):
             optimizer.zero_grad()
             hidden = x
@@ -127,12 +133,7 @@ def pass_through_phase(steps: int) -> None:
 
     warm_torch_imports("cpu")
     first = run()
-    print(json.dumps([first, sorted(run() for _ in range(MEMORY_RUNS))[MEMORY_RUNS // 2]]))
-
-
-#: Warm-memory runs per process; the median one is the process's yardstick (one run on this VM
-#: can take 1.5x another in the same process).
-MEMORY_RUNS = 5
+    print(json.dumps([first, statistics.median_high(run() for _ in range(MEMORY_RUNS))]))
 
 
 def phase(device: str, steps: int, forget: bool, other_first: bool) -> None:
@@ -192,7 +193,7 @@ def summary(runs: list[dict], yardsticks: list[dict]) -> dict:
     than for another does not tilt it)."""
     ratios = sorted(run["seconds"] / yardstick["seconds"] for run, yardstick in zip(runs, yardsticks))
     row = dict(sorted(runs, key=lambda run: run["seconds"])[len(runs) // 2])
-    row["ratio"] = ratios[len(ratios) // 2]
+    row["ratio"] = statistics.median_high(ratios)
     row["ratios"] = ratios
     return row
 
@@ -244,7 +245,8 @@ def main() -> None:
     firsts, memories, forgottens = ([process[i] for process in warm] for i in range(3))
     warm_disk = summary(firsts, memories)
     warm_memory = summary(memories, memories)
-    print(f"MLP 64-128-128-10, batch 32, {args.steps} SGD steps (forward + backward) on {args.device}")
+    widths, batch = MODEL
+    print(f"MLP {'-'.join(map(str, widths))}, batch {batch}, {args.steps} SGD steps (forward + backward) on {args.device}")
     print(
         f"seconds: each row's median run; warm rows run in {args.processes} new processes each. / warm memory: "
         "the median over those processes of each run's time over its own process's median warm-memory run"
@@ -267,12 +269,12 @@ def main() -> None:
     print(f"the cold process's bundle was ready {bundle_seconds:.1f} s after it exited")
     print(f"warm disk / warm memory in each process: {' '.join(f'{r:.2f}' for r in warm_disk['ratios'])}")
     alone = sorted(first / second for first, second in torch_alone)
-    extra = sorted(first - second for first, second in torch_alone)[len(torch_alone) // 2]
+    extra = statistics.median_high(first - second for first, second in torch_alone)
     print(
         f"torch alone (a pass-through tensor subclass, no turbine), first run / warm runs in a new process: median "
-        f"{alone[len(alone) // 2]:.2f} ({' '.join(f'{r:.2f}' for r in alone)}); the first took {extra * 1e3:.1f} ms more"
+        f"{statistics.median_high(alone):.2f} ({' '.join(f'{r:.2f}' for r in alone)}); the first took {extra * 1e3:.1f} ms more"
     )
-    extra = sorted(first["seconds"] - memory["seconds"] for first, memory in zip(firsts, memories))[len(firsts) // 2]
+    extra = statistics.median_high(first["seconds"] - memory["seconds"] for first, memory in zip(firsts, memories))
     per_kernel = extra / max(1, warm_disk["disk_hits"])
     print(
         f"warm disk's run took {extra * 1e3:.1f} ms more than its process's warm memory (median): {per_kernel * 1e6:.0f} us "
