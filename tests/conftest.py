@@ -25,6 +25,18 @@ from turbine.kernels_cache import DiskStore, kernel_cache  # noqa: E402
 
 DEVICE = "turbine:cpu"
 
+_recording = os.environ.get("TURBINE_RECORD_WRITES")
+if _recording:  # record the calls tests/test_written_arguments.py replays (tests/written_calls.py)
+    from written_calls import Recorder
+
+    _recorder = Recorder()
+    dispatch.run = _recorder.wrap(dispatch.run)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _recording:
+        _recorder.save(_recording)
+
 
 @pytest.fixture
 def device() -> str:

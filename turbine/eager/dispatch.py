@@ -23,16 +23,15 @@ import math
 import warnings
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
-from turbine.config import config
 from turbine.counters import counters
-from turbine.device import Device, upload_scalar
-from turbine.eager import backward_errors, deferred, factories, fallback, host, lowering, saved_plans
-from turbine.eager.dtypes import ELEMENT_TYPES, check_kernel_dtype
+from turbine.device import Device
+from turbine.eager import backward_errors, batch_norm, deferred, factories, fallback, foreach, host, lowering, masked, saved_plans
+from turbine.eager.dtypes import check_kernel_dtype
 from turbine.eager.launch import enqueue, join
-from turbine.eager.schema import OpSchema, functional_variant, schema_of
+from turbine.eager.scalars import number_dtype, scalar_view
+from turbine.eager.schema import OpSchema, functional_variant, functionalized_variant, schema_of
 from turbine.eager.signature import Leaves, rebuild, walk
 from turbine.eager.tensor import DenseLayout, DeviceTensor, torch_device
 from turbine.eager.transfer import to_device, to_host
@@ -40,7 +39,6 @@ from turbine.eager.views import dense, meta_like, write
 from turbine.errors import CompileError, UnsupportedOpError
 from turbine.kernels_cache import CompilingKernel, Kernel, kernel_cache
 
-import iree.runtime as rt
 
 aten = torch.ops.aten
 
@@ -58,12 +56,22 @@ def run(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
 
 
 def _choose_handler(func: Any) -> Callable:
-    """How an op runs: a SPECIAL handler, one op per list element for ``_foreach_``, else a plan."""
+    """How an op runs: a SPECIAL handler, one op per list element for ``_foreach_``, torch's own
+    decomposition for a composite op, else a plan."""
     if func in SPECIAL:
         return SPECIAL[func]
     if func.overloadpacket.__name__.startswith("_foreach_"):
-        return _foreach
+        return foreach.run
+    if func._can_decompose():
+        return _decompose
     return _plan_and_run
+
+
+def _decompose(func: Any, args: tuple, kwargs: dict) -> Any:
+    """A CompositeImplicitAutograd op (``to.dtype_layout``, ``linear``) as the ops torch defines
+    it with. Autograd decomposes these before they reach a device; under ``torch.inference_mode``
+    autograd is skipped and they arrive whole."""
+    return func.decompose(*args, **kwargs)
 
 
 def _plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -343,15 +351,23 @@ def _check_in_bounds(sizes: tuple, strides: tuple, offset: int, base: DeviceTens
 
 
 class _MutationPlan:
-    """In-place (``add_``) and ``out=`` ops: run the out-of-place twin, then write into the targets."""
+    """Ops that write their arguments: in-place (``add_``) and ``out=`` ops run their out-of-place
+    twin and write its results into the targets; ops that also return results of their own
+    (``_native_batch_norm_legit`` updating running statistics) run their ``_functional`` twin,
+    which returns those results followed by each written argument's new value."""
 
     def __init__(self, func: Any, schema: OpSchema) -> None:
         self.func = func
         self.functional = functional_variant(func)
+        self.appended = self.functional is None and functionalized_variant(func) is not None
+        if self.appended:
+            self.functional = functionalized_variant(func)
         if self.functional is None:
             raise UnsupportedOpError(f"{func} writes its arguments and has no out-of-place twin turbine can run")
         self.out_names = schema.out_names
         self.written = schema.written
+        self.names = schema.names
+        self.returns = len(func._schema.returns)
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         out_names = self.out_names
@@ -361,9 +377,13 @@ class _MutationPlan:
         if out_names:
             targets = [kwargs[name] for name in out_names]
         else:
-            targets = [args[i] for i in self.written]
+            targets = [args[i] if i < len(args) else kwargs[self.names[i]] for i in self.written]
+        if self.appended:
+            values, returned = values[self.returns :], tuple(values[: self.returns])
         for target, value in zip(targets, values):
             _write_result(self.func, target, value)
+        if self.appended:
+            return returned if self.returns > 1 else returned[0]
         if out_names:
             return targets[0] if len(targets) == 1 else tuple(targets)
         return targets[0]
@@ -515,10 +535,13 @@ def _scalar_reference(leaves: Leaves) -> torch.Tensor | None:
     return torch.empty((), dtype=leaves.tensors[0].dtype) if leaves.tensors else None
 
 
-def _scalar_dtype(value: Any, reference: torch.Tensor | None) -> torch.dtype:
-    """A runtime scalar's dtype: a 0-d tensor keeps its own; a number takes what torch promotes it to."""
+def _scalar_dtype(value: Any, reference: torch.Tensor | None, number: bool) -> torch.dtype:
+    """A runtime scalar's dtype: a 0-d tensor keeps its own; a number the traced op takes as a
+    number is 64-bit, as Python holds it; any other number takes what torch promotes it to."""
     if isinstance(value, torch.Tensor):
         return value.dtype
+    if number:
+        return number_dtype(value)
     if reference is None:
         return torch.tensor(value).dtype
     return torch.result_type(reference, value)
@@ -536,6 +559,31 @@ def _widen_unsigned(value: torch.Tensor) -> torch.Tensor:
     return value
 
 
+def _as_numbers(schema: OpSchema, call_args: list, call_kwargs: dict, dtype: torch.dtype) -> None:
+    """Inside a trace: the runtime scalars the op takes as numbers, as ``.item()`` of their 0-d
+    inputs. The trace records a symbolic number, which IREE imports as a value read at run time.
+
+    A number crosses as 64 bits and is first converted to ``dtype`` (what the op computes its
+    result in) as a tensor op: IREE may read a number on the host, whose VM cannot convert
+    float64 to float32 or a float to an integer (``pad(labels, value=-100.0)`` of int64 labels).
+    """
+    for position, name in enumerate(schema.names):
+        if name not in schema.symbolic:
+            continue
+        if position < len(call_args) and isinstance(call_args[position], torch.Tensor):
+            call_args[position] = call_args[position].to(dtype).item()
+        elif isinstance(call_kwargs.get(name), torch.Tensor):
+            call_kwargs[name] = call_kwargs[name].to(dtype).item()
+
+
+def _number_dtype(result_dtypes: list, values: list) -> torch.dtype:
+    """The dtype a traced op's numbers are converted to: its first result's, or for a boolean
+    result its first input's, in float32 where the trace computes half precision in float32."""
+    candidates = [d for d in result_dtypes if d != torch.bool] + [v.dtype for v in values if v.dtype != torch.bool]
+    dtype = candidates[0] if candidates else torch.float32
+    return torch.float32 if dtype in _REDUCED else dtype
+
+
 def _fold_alpha(func: Any, call_args: list, call_kwargs: dict) -> None:
     """add/sub's runtime ``alpha`` multiplies the operand it scales, then leaves the call."""
     if "alpha" in call_kwargs:
@@ -548,11 +596,38 @@ def _fold_alpha(func: Any, call_args: list, call_kwargs: dict) -> None:
     call_args[scaled] = aten.mul.Tensor(call_args[scaled], alpha)
 
 
+_REDUCED = (torch.bfloat16, torch.float16)
+
+
+#: Ops computed in their inputs' half precision: the plain contractions, whose speed on a GPU
+#: comes from half-precision math units (IREE's accumulate in float32 and round once, as torch's
+#: do), and ops whose result depends on the half-precision format itself. ``addmm`` and its kin
+#: are not among them: torch scales and adds the product in float32 before it rounds.
+_NATIVE_PRECISION = {
+    "mm", "bmm", "mv", "dot", "vdot", "matmul", "convolution", "convolution_backward", "_convolution",
+    "nextafter", "frexp",
+}
+
+
+def _in_opmath(func: Any, leaves: Leaves) -> bool:
+    """Whether a kernel computes a float16 or bfloat16 op in float32 and rounds its results once.
+
+    torch's CPU and CUDA kernels do (their "opmath"): a sum, a norm, a cumsum or a layer norm of
+    bfloat16 values accumulates in float32, and ``x * 1.7`` multiplies by 1.7, not by 1.7 rounded
+    to bfloat16 (1.703125). IREE's kernels traced as they are kept bfloat16 throughout: a sum of
+    256 values came out up to 0.25 off. Runtime float scalars of such kernels cross as float32.
+    """
+    return func.overloadpacket.__name__ not in _NATIVE_PRECISION and any(t.dtype in _REDUCED for t in leaves.tensors)
+
+
 def _kernel_signature(func: Any, leaves: Leaves) -> tuple[tuple, list]:
     """The kernel cache's signature of a call, and the dtypes its runtime scalars are passed as."""
     reference = _scalar_reference(leaves) if leaves.scalars else None
+    if reference is not None and reference.dtype in _REDUCED and _in_opmath(func, leaves):
+        reference = torch.empty((), dtype=torch.float32)
     scalar_dtypes = [
-        check_kernel_dtype(_scalar_dtype(v, reference), f"a scalar argument of {func}") for v in leaves.scalars
+        check_kernel_dtype(_scalar_dtype(v, reference, number), f"a scalar argument of {func}")
+        for v, number in zip(leaves.scalars, leaves.numbers)
     ]
     signature = _plain(tuple(leaves.key)) + (tuple(str(d) for d in scalar_dtypes),)
     if _lowered_op(func) in lowering.CORRECTIONS:
@@ -598,13 +673,19 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
 
     result_dtypes = [m.dtype for m in metas if m is not None]
 
+    opmath = _in_opmath(func, leaves)
+
     def traced(*values: torch.Tensor) -> list[torch.Tensor]:
         values = [_widen_unsigned(v) for v in values]
+        if opmath:
+            values = [v.to(torch.float32) if v.dtype in _REDUCED else v for v in values]
         tensors = iter(values[:count])
         scalars = iter(values[count:])
         call_args, call_kwargs = rebuild(schema, args, kwargs, lambda _: next(tensors), lambda _: next(scalars))
         call_kwargs = {name: _host_devices(value, "cpu") for name, value in call_kwargs.items()}
-        if "alpha" in schema.runtime_scalars:
+        if schema.symbolic:
+            _as_numbers(schema, call_args, call_kwargs, _number_dtype(result_dtypes, values[:count]))
+        if "alpha" in schema.runtime_scalars and "alpha" not in schema.symbolic:
             _fold_alpha(func, call_args, call_kwargs)
         out = target(*call_args, **call_kwargs)
         outs = [o for o in ([out] if isinstance(out, torch.Tensor) else out) if o is not None]
@@ -648,14 +729,10 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
     return _KernelPlan(func, device, kernel, signature, scalar_dtypes, _layouts_of(metas), kind)
 
 
-#: Ops whose results torch's shape rule gives other shapes than its kernel (the batch statistics
-#: of batch norm in eval mode: [C] against [0]; embedding_bag's offset2bag in sum mode: [N]
-#: against [0]). Their kernels compile in the foreground: the lowering is refused (``checked``)
+#: Ops whose results torch's shape rule gives other shapes than its kernel (embedding_bag's
+#: offset2bag in sum mode: [N] against [0]; batch norm's are routed by eager/batch_norm.py). Their kernels compile in the foreground: the lowering is refused (``checked``)
 #: before the op hands out tensors of the rule's shapes. Found by the OpInfo coverage run.
 _SHAPE_RULE_DIFFERS = {
-    aten.native_batch_norm.default,
-    aten._native_batch_norm_legit_no_training.default,
-    aten._batch_norm_no_update.default,
     aten._embedding_bag.default,
     aten._embedding_bag_forward_only.default,
 }
@@ -663,31 +740,6 @@ _SHAPE_RULE_DIFFERS = {
 
 def _no_lowering() -> str:
     raise CompileError("torch has no decomposition for this op")
-
-
-# --- runtime scalars ------------------------------------------------------------------------
-
-_scalar_buffers: dict[tuple, rt.HalBufferView] = {}
-
-
-def scalar_view(device: Device, value: Any, dtype: torch.dtype) -> rt.HalBufferView:
-    """A 0-d device buffer holding a runtime scalar (Python numbers are reused from a small cache)."""
-    if isinstance(value, torch.Tensor):
-        return _upload_scalar(device, value.to(dtype))
-    # float.hex tells -0.0 from 0.0 (equal, and equal hashes, as dict keys) and lets NaN hit.
-    key = (device.index, type(value), value.hex() if type(value) is float else value, dtype)
-    view = _scalar_buffers.get(key)
-    if view is None:
-        if len(_scalar_buffers) >= config.scalar_cache_size:
-            _scalar_buffers.pop(next(iter(_scalar_buffers)))
-        view = _scalar_buffers[key] = _upload_scalar(device, torch.tensor(value, dtype=dtype))
-    return view
-
-
-def _upload_scalar(device: Device, value: torch.Tensor) -> rt.HalBufferView:
-    raw = value.reshape(1).view(torch.uint8).numpy()
-    buffer = upload_scalar(device, np.ascontiguousarray(raw))
-    return rt.HalBufferView(buffer.hal, [], ELEMENT_TYPES[value.dtype])
 
 
 # --- ops handled before planning --------------------------------------------------------------
@@ -732,11 +784,28 @@ def _index(func: Any, args: tuple, kwargs: dict) -> Any:
     if device is not None and any(type(i) is torch.Tensor and i.dim() > 0 for i in indices):
         indices = [to_device(i, device) if type(i) is torch.Tensor and i.dim() > 0 else i for i in indices]
         args = (args[0], indices) + tuple(args[2:])
-    if func is not aten.index.Tensor and any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
-        # Writing through a mask compiles, but IREE 3.13's kernel for it crashed the process.
+    if func is not aten.index.Tensor and any(masked.is_mask(i) for i in indices):
+        result = masked.as_select(func, args, kwargs)
+        if result is not None:
+            return result
         reason = UnsupportedOpError(f"{func} with a boolean mask crashes IREE 3.13's kernel")
         return fallback.run(func, args, kwargs, reason)
     return _plan_and_run(func, args, kwargs)
+
+
+def _cat(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``cat`` leaving out inputs with no elements: torch skips 1-D empty ones (a key-value cache
+    before its first token) and the others add nothing, and IREE is not to be trusted with empty
+    tensors (``_zero_size``). torch's shape rule still checks the whole call."""
+    tensors = args[0]
+    kept = [t for t in tensors if t.numel() != 0]
+    if len(kept) == len(tensors) or not kept:
+        return _plan_and_run(func, args, kwargs)
+    meta = _meta_call(func, _schemas.get(func) or _schemas.setdefault(func, schema_of(func)), args, kwargs)
+    result = run(func, (kept, *args[1:]), kwargs) if len(kept) > 1 else run(aten.clone.default, (kept[0],), {})
+    if result.dtype != meta.dtype:
+        result = run(aten._to_copy.default, (result,), {"dtype": meta.dtype})
+    return result
 
 
 def _item(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -810,32 +879,6 @@ def _native_dropout(func: Any, args: tuple, kwargs: dict) -> Any:
     return input * (device_noise / keep), mask
 
 
-def _foreach(func: Any, args: tuple, kwargs: dict) -> Any:
-    """``_foreach_op`` (what optimizers use) as one ``op`` per list element."""
-    overload = _elementwise_overload(func)
-    lists = [i for i, a in enumerate(args) if isinstance(a, (list, tuple))]
-    positional = sum(1 for a in overload._schema.arguments if not a.kwarg_only)
-    results = []
-    for i in range(len(args[lists[0]])):
-        values = [a[i] if j in lists else a for j, a in enumerate(args)]
-        extra = dict(zip([a.name for a in overload._schema.arguments if a.kwarg_only], values[positional:]))
-        results.append(overload(*values[:positional], **extra, **kwargs))
-    return results if func._schema.returns else None
-
-
-_FOREACH_OVERLOADS = {"List": "Tensor", "ScalarList": "Scalar", "Scalar": "Scalar", "Tensor": "Tensor"}
-
-
-def _elementwise_overload(func: Any) -> Any:
-    """The per-element op of a ``_foreach_`` op: ``_foreach_add_.List`` is ``add_.Tensor``."""
-    packet = getattr(aten, func.overloadpacket.__name__[len("_foreach_") :])
-    wanted = _FOREACH_OVERLOADS.get(func._overloadname, func._overloadname)
-    for name in (wanted, "default", "Tensor", "Scalar"):
-        if name in packet.overloads():
-            return getattr(packet, name)
-    raise UnsupportedOpError(f"{func}: turbine found no per-element overload of {packet}")
-
-
 _RANDOM = [
     "uniform_.default", "normal_.default", "bernoulli_.float", "bernoulli_.Tensor", "bernoulli.default",
     "bernoulli.p", "random_.default", "random_.from", "random_.to", "exponential_.default", "geometric_.default",
@@ -867,14 +910,8 @@ def _lazy_view_as_copy(func: Any, args: tuple, kwargs: dict) -> Any:
     return run(physical, args, kwargs)
 
 
-def _shallow_copy_compatible(func: Any, args: tuple, kwargs: dict) -> bool:
-    """Asked by ``tensor.data = other``: two device tensors can take each other's metadata."""
-    return all(isinstance(a, DeviceTensor) for a in args)
-
-
 SPECIAL: dict[Any, Callable] = {
     aten.resize_.default: _resize,
-    aten._has_compatible_shallow_copy_type.default: _shallow_copy_compatible,
     aten._conj.default: _lazy_view_as_copy,
     aten._neg_view.default: _lazy_view_as_copy,
     **{_resolve(name): _restride for name in _RESTRIDE},
@@ -887,10 +924,14 @@ SPECIAL: dict[Any, Callable] = {
     aten.equal.default: _equal,
     aten.allclose.default: _allclose,
     aten.index.Tensor: _index,
+    aten.cat.default: _cat,
     aten.index_put.default: _index,
     aten.index_put_.default: _index,
     aten._index_put_impl_.default: _index,
     aten.native_dropout.default: _native_dropout,
+    aten.native_batch_norm.default: batch_norm.native_batch_norm,
+    aten._batch_norm_with_update.default: batch_norm.batch_norm_with_update,
+    aten._batch_norm_no_update.default: batch_norm.batch_norm_no_update,
     **{_resolve(name): _random for name in _RANDOM},
     **{_resolve(name): _empty for name in _EMPTY},
 }

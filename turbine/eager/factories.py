@@ -17,6 +17,7 @@ from turbine.device.registry import by_index
 from turbine.eager import lowering
 from turbine.eager.dtypes import check_dtype
 from turbine.eager.launch import launch
+from turbine.eager.scalars import number_dtype, scalar_view
 from turbine.eager.tensor import DeviceTensor, Storage, numel_of, wrap
 from turbine.eager.transfer import to_device
 from turbine.kernels_cache import kernel_cache
@@ -111,8 +112,29 @@ def create(func: Callable, args: tuple, kwargs: dict, device: Device) -> torch.T
     return result
 
 
+#: Factories whose fill value is a runtime input, by name: where it sits (position, keyword).
+_RUNTIME_FILL = {"full": (1, "fill_value"), "scalar_tensor": (0, "s")}
+
+
+def _runtime_fill(name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict, int | float | None]:
+    """The call with a numeric fill value taken out (None in its place), and that value; a bool
+    or a non-number stays in the call (compiled in) and the value returned is None."""
+    if name not in _RUNTIME_FILL:
+        return args, kwargs, None
+    position, keyword = _RUNTIME_FILL[name]
+    value = args[position] if len(args) > position else kwargs.get(keyword)
+    if type(value) not in (int, float):
+        return args, kwargs, None
+    if len(args) > position:
+        return args[:position] + (None,) + args[position + 1 :], kwargs, value
+    return args, {**kwargs, keyword: None}, value
+
+
 def _run_factory_kernel(func: Callable, name: str, args: tuple, kwargs: dict, device: Device) -> DeviceTensor:
-    key = (name, _freeze(args), _freeze(sorted(kwargs.items())), device.index)
+    """A factory as a kernel with no tensor inputs; ``full``'s fill value is a runtime input (so
+    ``torch.full(shape, v)`` compiles once for every ``v``), the other arguments are compiled in."""
+    call_args, call_kwargs, fill = _runtime_fill(name, args, kwargs)
+    key = (name, _freeze(call_args), _freeze(sorted(call_kwargs.items())), type(fill), device.index)
     entry = _kernels.get(key)
     if entry is None:
         meta = func(*args, device="meta", **kwargs)
@@ -120,13 +142,33 @@ def _run_factory_kernel(func: Callable, name: str, args: tuple, kwargs: dict, de
         sizes = tuple(meta.shape)
         if meta.numel() == 0:
             return empty(sizes, meta.dtype, device)  # no values to compute (see dispatch._zero_size)
+        inputs = [] if fill is None else [((), number_dtype(fill))]
         kernel = kernel_cache.kernel(
-            ("factory",) + key[:3],
+            ("factory",) + key[:4],
             device,
-            lambda: lowering.lower(lambda: [func(*args, device="cpu", **kwargs)], []),
-            f"torch.{name}{_freeze(args)}",
+            lambda: lowering.lower(_traced(func, call_args, {**call_kwargs, "dtype": meta.dtype}, name), inputs),
+            f"torch.{name}{_freeze(call_args)}",
         )
         entry = _kernels[key] = (kernel, sizes, meta.dtype)
     kernel, sizes, dtype = entry
-    ((buffer, view),) = launch(kernel, device, [], [])
+    views = [] if fill is None else [scalar_view(device, fill, number_dtype(fill))]
+    ((buffer, view),) = launch(kernel, device, views, [])
     return wrap(buffer, dtype, sizes, view)
+
+
+def _traced(func: Callable, args: tuple, kwargs: dict, name: str) -> Callable[..., list[torch.Tensor]]:
+    """What the factory's kernel computes: the call, with the runtime fill value (if any) read
+    from the kernel's one 0-d input as a number."""
+
+    def traced(*fill: torch.Tensor) -> list[torch.Tensor]:
+        call_args, call_kwargs = args, kwargs
+        if fill:
+            position, keyword = _RUNTIME_FILL[name]
+            value = fill[0].to(kwargs["dtype"]).item()  # converted in a kernel: see dispatch._as_numbers
+            if len(args) > position:
+                call_args = args[:position] + (value,) + args[position + 1 :]
+            else:
+                call_kwargs = {**kwargs, keyword: value}
+        return [func(*call_args, device="cpu", **call_kwargs)]
+
+    return traced

@@ -143,6 +143,8 @@ CORRECTIONS = {
     _aten.sort.default: decompositions_module.order.sort,
     _aten.sort.stable: decompositions_module.order.sort_stable,
     _aten.topk.default: decompositions_module.order.topk,
+    # torch's decomposition gives eval-mode statistics the CPU kernel's shapes, not its shape rule's.
+    _aten._native_batch_norm_legit_no_training.default: decompositions_module.normalization.batch_norm_eval,
 }
 
 def _convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -154,7 +156,7 @@ def _convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 #: name: the rest of torch's full table also decomposes ops IREE runs as they are (``_to_copy``
 #: among them, which the converter below needs intact).
 _MORE_FROM_TORCH = (
-    "_batch_norm_with_update", "_native_batch_norm_legit", "native_batch_norm",
+    "_batch_norm_with_update", "_native_batch_norm_legit", "_native_batch_norm_legit_functional", "native_batch_norm",
     "max_pool2d_with_indices", "max_pool3d_with_indices",
     "max_pool2d_with_indices_backward", "grid_sampler_2d", "upsample_bicubic2d", "upsample_bilinear2d",
     "upsample_trilinear3d", "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",

@@ -14,7 +14,7 @@ from torch.overrides import TorchFunctionMode
 
 from turbine.device import Device, open_device
 from turbine.device.registry import by_index
-from turbine.eager import backward_errors, factories
+from turbine.eager import backward_errors, conversion, factories
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device
 
@@ -56,6 +56,7 @@ def _parse_to(args: tuple, kwargs: dict) -> tuple[Any, torch.dtype | None, dict]
 
 def _tensor_to(tensor: torch.Tensor, device: Device, dtype: torch.dtype | None, rest: dict) -> torch.Tensor:
     target = torch.device("turbine", device.index)
+    source = tensor
     if isinstance(tensor, DeviceTensor):
         return torch.Tensor.to(tensor, target, dtype or tensor.dtype, **rest)
     if tensor.device.type != "cpu":
@@ -66,14 +67,27 @@ def _tensor_to(tensor: torch.Tensor, device: Device, dtype: torch.dtype | None, 
         # torch's own copy (empty + _copy_from on the turbine key) records ToCopyBackward, whose
         # backward brings the gradient back to the CPU as it does for CUDA.
         return torch.Tensor.to(tensor, target)
-    return to_device(tensor, device)
+    moved = to_device(tensor, device)
+    conversion.mark_for_swap(source, moved)
+    return moved
+
+
+def _shallow_copy_compatible(tensor: torch.Tensor, value: torch.Tensor) -> bool:
+    """``torch._has_compatible_shallow_copy_type``, which ``Module._apply`` asks before it moves a
+    parameter with ``param.data = value``: torch compares the two tensors' dispatch keys, and says
+    no for a turbine parameter and a CPU value, which a turbine tensor's ``.data`` setter takes
+    (eager/conversion.py)."""
+    if isinstance(tensor, DeviceTensor) and type(value) in (torch.Tensor, torch.nn.Parameter) and value.device.type == "cpu":
+        return True
+    return torch._has_compatible_shallow_copy_type(tensor, value)
 
 
 _TENSOR_TO = (torch.Tensor.to, torch.Tensor.cuda)
 _PARSE_TO = torch._C._nn._parse_to
 #: Calls that run autograd's backward: errors inside them are held until they return.
 _BACKWARD = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
-_INTERCEPTED = (*_TENSOR_TO, _PARSE_TO, *_BACKWARD)
+_SHALLOW_COPY_COMPATIBLE = torch._has_compatible_shallow_copy_type
+_INTERCEPTED = (*_TENSOR_TO, _PARSE_TO, *_BACKWARD, _SHALLOW_COPY_COMPATIBLE)
 
 
 class DeviceMode(TorchFunctionMode):
@@ -88,6 +102,8 @@ class DeviceMode(TorchFunctionMode):
             if func not in _INTERCEPTED:
                 return func(*args)
             kwargs = {}
+        if func is _SHALLOW_COPY_COMPATIBLE:
+            return _shallow_copy_compatible(*args)
         if func in _BACKWARD:
             with backward_errors.collecting():
                 return func(*args, **kwargs)

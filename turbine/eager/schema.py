@@ -3,9 +3,12 @@
 Each argument gets a kind that decides how it enters a kernel signature:
 - TENSOR / TENSOR_LIST: device tensors become kernel inputs (shape and dtype in the signature);
   a Python number or 0-d CPU tensor in a tensor slot becomes a runtime 0-d input;
-- SCALAR: a ``Scalar`` argument. It is a runtime input when the op has a ``.Tensor`` twin that
-  takes a tensor in that slot, or when it is add/sub's ``alpha``; otherwise it is compiled in;
-- CONST: everything else (ints, int lists, dtypes, bools, strings) is compiled in.
+- SCALAR: a ``Scalar`` argument: a runtime 0-d input (a learning rate, ``addcdiv``'s ``value``,
+  ``leaky_relu``'s slope, ``full``'s fill value), unless its value changes the kernel's code
+  (``COMPILED_IN``) or it is a bool. The kernel takes it through the op's ``.Tensor`` twin
+  where the op has one (``mul.Scalar`` as ``mul.Tensor``), else as a traced ``.item()`` of the
+  0-d input, which IREE imports as a runtime number;
+- CONST: everything else (ints, int lists, floats, dtypes, bools, strings) is compiled in.
 """
 
 from __future__ import annotations
@@ -36,16 +39,65 @@ def _kind(type_: torch._C.JitType) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class OpSchema:
-    """Argument kinds by position and name, plus how the op's Scalars can become runtime inputs."""
+    """Argument kinds by position and name, plus how the op's Scalars become runtime inputs."""
 
     kinds: tuple[str, ...]
     names: tuple[str, ...]
     kind_by_name: dict
-    runtime_scalars: frozenset  # names of SCALAR arguments passed as runtime 0-d inputs
+    #: SCALAR arguments passed as runtime 0-d inputs, by name. True: the traced op takes the 0-d
+    #: tensor (its twin's Tensor slot, add's folded alpha). A function: the traced op takes the
+    #: number (``.item()`` of the 0-d tensor), and the function says which values are compiled in
+    #: after all (bools, pow's exponent 2).
+    runtime_scalars: dict
     twin: torch._ops.OpOverload | None  # the overload that takes those Scalars as tensors
+    #: Runtime SCALAR arguments the traced op takes as numbers: ``.item()`` of their 0-d input.
+    symbolic: frozenset
     written: tuple[int, ...]  # positions of arguments the op writes (in-place and out=)
     out_names: tuple[str, ...]  # kwarg-only arguments it writes (out=)
     aliased_output: bool  # the op returns a view of an input
+
+
+#: exponents torch's pow kernels compute with other code (x * x, sqrt, reciprocal, ...), which
+#: give torch's exact results where exp(log(x) * y) would be an ulp or two off.
+_SPECIAL_EXPONENTS = frozenset({-2, -1, -0.5, 0, 0.5, 1, 2, 3})
+
+#: Scalar arguments compiled into the kernel, by op and argument name: True, or a function of the
+#: value that says which values are. Their value picks the algorithm (a norm's order, pow's special
+#: exponents), or torch's shape rule for the op branches on it, so no trace can take it as a
+#: runtime input (``addmm``'s ``beta == 0`` ignores NaNs in ``self``; ``index_add``'s ``alpha``;
+#: ``var``'s ``correction``), or IREE 3.13 cannot compile the op with a runtime value
+#: (``hardshrink``); ``arange``'s bounds fix its result's shape.
+COMPILED_IN: dict[str, dict[str, object]] = {
+    "pow": {"exponent": lambda value: value in _SPECIAL_EXPONENTS},
+    "norm": {"p": True},
+    "linalg_vector_norm": {"ord": True},
+    "dist": {"p": True},
+    "renorm": {"p": True},
+    "multi_margin_loss": {"p": True},
+    "multi_margin_loss_backward": {"p": True},
+    "addmm": {"beta": True, "alpha": True},
+    "addmv": {"beta": True, "alpha": True},
+    "addr": {"beta": True, "alpha": True},
+    "addbmm": {"beta": True, "alpha": True},
+    "baddbmm": {"beta": True, "alpha": True},
+    "_addmm_activation": {"beta": True, "alpha": True},
+    "index_add": {"alpha": True},
+    "var": {"correction": True},
+    "std": {"correction": True},
+    "var_mean": {"correction": True},
+    "std_mean": {"correction": True},
+    "hardshrink": {"lambd": True},
+    "softshrink": {"lambd": True},
+    "arange": {"start": True, "end": True, "step": True},
+    "histc": {"min": True, "max": True},  # turbine's decomposition bins the data's own range when min == max
+}
+
+
+def _bool_or(rule: object) -> object:
+    """A compiled-in rule that also compiles in bools (True or False: two kernels at most)."""
+    if rule is False:
+        return lambda value: type(value) is bool
+    return lambda value: type(value) is bool or rule(value)
 
 
 def _twin(func: torch._ops.OpOverload, kinds: tuple[str, ...]) -> torch._ops.OpOverload | None:
@@ -74,14 +126,27 @@ def schema_of(func: torch._ops.OpOverload) -> OpSchema:
     args = func._schema.arguments
     kinds = tuple(_kind(a.type) for a in args)
     names = tuple(a.name for a in args)
-    scalar_names = {a.name for a, k in zip(args, kinds) if k == SCALAR}
-    # pow keeps its exponent compiled in: IREE gets (-2.0) ** 2 right only for a constant exponent.
-    twin = _twin(func, kinds) if scalar_names - {"alpha"} and func.overloadpacket.__name__ not in ("pow", "pow_") else None
-    runtime = set()
-    if twin is not None:
-        runtime |= scalar_names - {"alpha"}
-    if "alpha" in scalar_names and func.overloadpacket.__name__.rstrip("_") in ("add", "sub", "rsub"):
-        runtime.add("alpha")
+    scalar_names = [a.name for a, k in zip(args, kinds) if k == SCALAR]
+    packet = func.overloadpacket.__name__.rstrip("_")
+    compiled_in = COMPILED_IN.get(packet, {})
+    # pow keeps its exponent a number: its Tensor twin computes every power as exp(log(x) * y).
+    # A twin takes every Scalar as a tensor, so none may be compiled in.
+    twin = _twin(func, kinds) if set(scalar_names) - {"alpha"} and not compiled_in and packet != "pow" else None
+    # add/sub's alpha scales the operand in the trace (dispatch._fold_alpha); a twin takes the
+    # other Scalars as tensors; the rest are traced as numbers.
+    folded = {"alpha"} if packet in ("add", "sub", "rsub") else set()
+    traced_kinds = {a.name: _kind(a.type) for a in (twin or func)._schema.arguments}
+    runtime: dict = {}
+    symbolic = set()
+    for name in scalar_names:
+        rule = compiled_in.get(name, False)
+        if rule is True:
+            continue
+        if traced_kinds.get(name) == SCALAR and name not in folded:
+            symbolic.add(name)
+            runtime[name] = _bool_or(rule)  # a traced bool would be a symbolic bool, which IREE does not import
+        else:
+            runtime[name] = True
     written = tuple(i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
     out_names = tuple(args[i].name for i in written if args[i].kwarg_only)
     aliased = any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
@@ -89,8 +154,9 @@ def schema_of(func: torch._ops.OpOverload) -> OpSchema:
         kinds=kinds,
         names=names,
         kind_by_name=dict(zip(names, kinds)),
-        runtime_scalars=frozenset(runtime),
+        runtime_scalars=runtime,
         twin=twin,
+        symbolic=frozenset(symbolic),
         written=written,
         out_names=out_names,
         aliased_output=aliased,
@@ -122,6 +188,24 @@ def functional_variant(func: torch._ops.OpOverload) -> torch._ops.OpOverload | N
             continue
         other = getattr(packet, overload_name)
         if other is not func and not schema_of(other).written and _arguments(other) == mine:
+            return other
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def functionalized_variant(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The ``*_functional`` twin of an op that writes arguments other than ``out=`` ones and is
+    not an in-place op: ``_native_batch_norm_legit`` (it updates running statistics) has
+    ``_native_batch_norm_legit_functional``, which returns the op's results followed by the new
+    value of each written argument, in order.
+    """
+    packet = getattr(torch.ops.aten, func.overloadpacket.__name__ + "_functional", None)
+    if packet is None:
+        return None
+    returns = len(func._schema.returns) + len(schema_of(func).written)
+    for overload_name in packet.overloads():
+        other = getattr(packet, overload_name)
+        if len(other._schema.returns) == returns and _arguments(other) == _arguments(func):
             return other
     return None
 

@@ -35,12 +35,13 @@ def _freeze(value: Any) -> Any:
 class Leaves:
     """What one walk collects: the key parts, device tensors, runtime scalars and their device."""
 
-    __slots__ = ("key", "tensors", "scalars", "device", "foreign")
+    __slots__ = ("key", "tensors", "scalars", "numbers", "device", "foreign")
 
     def __init__(self) -> None:
         self.key: list = []
         self.tensors: list[DeviceTensor] = []
         self.scalars: list = []
+        self.numbers: list[bool] = []  # per runtime scalar: whether the traced op takes it as a number
         self.device: Device | None = None
         self.foreign: str | None = None  # the first non-scalar tensor that is not on a turbine device
 
@@ -53,14 +54,17 @@ class Leaves:
         self.key.append(value._key)
         self.tensors.append(value)
 
-    def scalar(self, value: Any) -> None:
+    def scalar(self, value: Any, number: bool = False) -> None:
+        """A runtime scalar; ``number``: the traced op takes it as a Python number (its exact value
+        then crosses as a 64-bit number, as Python holds it)."""
         if isinstance(value, torch.Tensor):
             self.key.append(("scalar", value.dtype))
         else:
-            self.key.append(("scalar", type(value)))
+            self.key.append(("number" if number else "scalar", type(value)))
         self.scalars.append(value)
+        self.numbers.append(number)
 
-    def value(self, value: Any, kind: str, runtime: bool) -> None:
+    def value(self, value: Any, kind: str, runtime: Any) -> None:
         cls = type(value)
         if cls is DeviceTensor:
             self.tensor(value)
@@ -71,8 +75,8 @@ class Leaves:
             for item in value:
                 self.value(item, TENSOR, True)
         elif cls in _NUMBERS:
-            if kind == TENSOR or runtime:
-                self.scalar(value)
+            if kind == TENSOR or is_runtime(runtime, value):
+                self.scalar(value, number=kind != TENSOR and runtime is not True)
             else:
                 self.key.append((cls, value))
         elif isinstance(value, DeviceTensor):  # a subclass of DeviceTensor (nn.Parameter-style)
@@ -87,6 +91,12 @@ class Leaves:
             self.key.append(_freeze(value))
 
 
+def is_runtime(rule: Any, value: Any) -> bool:
+    """Whether a number in a Scalar slot is a runtime input, by its rule in
+    ``OpSchema.runtime_scalars`` (False when it has none)."""
+    return rule is True or (rule is not False and not rule(value))
+
+
 def walk(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Leaves:
     """Collect an op call's leaves; raises torch's mixed-device error for non-scalar CPU tensors."""
     leaves = Leaves()
@@ -99,11 +109,11 @@ def walk(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Leaves:
         if type(value) is DeviceTensor:  # the common case, checked first
             leaves.tensor(value)
         else:
-            leaves.value(value, kinds[i], names[i] in runtime)
+            leaves.value(value, kinds[i], runtime.get(names[i], False))
     if kwargs:
         for name, value in kwargs.items():
             key.append(name)
-            leaves.value(value, schema.kind_by_name.get(name, CONST), name in runtime)
+            leaves.value(value, schema.kind_by_name.get(name, CONST), runtime.get(name, False))
     if leaves.foreign is not None and leaves.device is not None:
         raise _devices_error(leaves.device, leaves.foreign)
     return leaves
@@ -118,7 +128,9 @@ def rebuild(
 ) -> tuple[list, dict]:
     """The call's arguments with each tensor leaf and runtime scalar replaced, in walk order."""
 
-    def one(value: Any, kind: str, runtime: bool) -> Any:
+    runtime = schema.runtime_scalars
+
+    def one(value: Any, kind: str, rule: Any) -> Any:
         if isinstance(value, DeviceTensor):
             return tensor_for(value)
         if kind == CONST or value is None:
@@ -126,13 +138,13 @@ def rebuild(
         if kind == TENSOR_LIST:
             return [one(item, TENSOR, True) for item in value]
         if type(value) in _NUMBERS:
-            return scalar_for(value) if (kind == TENSOR or runtime) else value
+            return scalar_for(value) if (kind == TENSOR or is_runtime(rule, value)) else value
         if isinstance(value, torch.Tensor):
             return scalar_for(value)
         return value
 
-    new_args = [one(v, schema.kinds[i], schema.names[i] in schema.runtime_scalars) for i, v in enumerate(args)]
+    new_args = [one(v, schema.kinds[i], runtime.get(schema.names[i], False)) for i, v in enumerate(args)]
     new_kwargs = {
-        name: one(v, schema.kind_by_name.get(name, CONST), name in schema.runtime_scalars) for name, v in kwargs.items()
+        name: one(v, schema.kind_by_name.get(name, CONST), runtime.get(name, False)) for name, v in kwargs.items()
     }
     return new_args, new_kwargs

@@ -7,10 +7,13 @@ of it sees the change. Buffers themselves are never written after they are produ
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import iree.runtime as rt
 
 from turbine.device import Buffer, Device
+from turbine.eager import conversion
 from turbine.eager.dtypes import ELEMENT_TYPES
 
 
@@ -43,9 +46,12 @@ def numel_of(sizes: tuple[int, ...]) -> int:
 
 
 class DeviceTensor(torch.Tensor):
-    """A tensor on a turbine device. Every aten op on it runs on that device (see eager/dispatch.py)."""
+    """A tensor on a turbine device. Every aten op on it runs on that device (see eager/dispatch.py).
 
-    __slots__ = ("_storage", "_dense", "_key", "_view_cache")
+    Its state lives in instance attributes, not ``__slots__``: ``torch.utils.swap_tensors``, which
+    ``module.to(...)`` uses for tensor subclasses, swaps two tensors only when their slots match,
+    and the CPU parameter being moved has none.
+    """
 
     @staticmethod
     def __new__(
@@ -92,16 +98,46 @@ class DeviceTensor(torch.Tensor):
             return backward_errors.hold(error, lambda: dispatch.stand_in(func, args, kwargs))
 
     def _become(self, other: "DeviceTensor") -> None:
-        """Take ``other``'s sizes, strides and storage in place (``squeeze_``, ``t_``, resizing ``out=``).
+        """Take ``other``'s sizes, strides, dtype and storage in place (``t.data = other``,
+        ``squeeze_``, ``t_``, resizing ``out=``), keeping this tensor's identity and autograd state.
 
-        torch keeps a wrapper tensor's sizes in its C++ object; ``.data =`` replaces them there,
-        and the Python attributes follow.
+        torch keeps a wrapper tensor's sizes and dtype in its C++ object, which torch's own
+        ``.data`` setter replaces; the Python attributes that say where the values are follow.
         """
-        self.data = other
+        torch._C.TensorBase.data.__set__(self, other)
         self._storage = other._storage
         self._dense = other._dense
         self._key = other._key
         self._view_cache = other._view_cache
+
+    @property
+    def data(self) -> torch.Tensor:
+        """A new tensor over the same storage that autograd does not track (as torch's ``.data``)."""
+        return torch._C.TensorBase.data.__get__(self)
+
+    @data.setter
+    def data(self, other: torch.Tensor) -> None:
+        """``t.data = other``: ``t`` takes ``other``'s values, shape, dtype and device and stays
+        ``t``, as torch's own ``.data`` does between CPU and CUDA tensors. ``module.half()`` and
+        ``module.cpu()`` move parameters this way, so a parameter two modules share stays shared."""
+        if isinstance(other, DeviceTensor):
+            self._become(other)
+        elif type(other) in (torch.Tensor, torch.nn.Parameter) and other.device.type == "cpu":
+            conversion.leave_device(self, other)
+        else:
+            raise RuntimeError(
+                f"cannot set .data of a {self.turbine_device.name} tensor to a {type(other).__name__} on "
+                f"{other.device}: move the value to the CPU or to a turbine device first"
+            )
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, context: Any, outer_size: Any, outer_stride: Any) -> "DeviceTensor":
+        """Half of torch's traceable-subclass protocol, which module conversions look for (see
+        eager/conversion.py); the other half is set only on tensors being moved into a module."""
+        raise NotImplementedError(
+            "torch.compile and torch.export cannot trace turbine tensors yet: run the region eagerly, "
+            "or compile it on CPU tensors"
+        )
 
     @property
     def turbine_device(self) -> Device:

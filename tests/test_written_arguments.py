@@ -1,0 +1,67 @@
+"""Ops write their arguments as torch does: every op the test suite and the library models met
+that writes an argument (in-place, ``out=``, ``Tensor(a!)``, batch norm's running statistics),
+replayed from a recorded call (tests/written_calls.py) on turbine:cpu and on torch's CPU. Each
+written argument, and each result, must match torch's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import turbine
+from written_calls import UNDECLARED, load, written_positions
+
+D = "turbine:cpu"
+CALLS = load(str(Path(__file__).parent / "data" / "written_calls.pt"))
+
+#: Ops whose recorded calls run through the fallback by design, with the reason.
+FALLBACK = {
+    "aten.set_.source_Storage_storage_offset": "turbine tensors share storage through views, not set_",
+}
+
+
+def _ids() -> list[str]:
+    seen: dict[str, int] = {}
+    ids = []
+    for call in CALLS:
+        seen[call.op] = seen.get(call.op, 0) + 1
+        ids.append(f"{call.op}-{seen[call.op]}")
+    return ids
+
+
+def test_the_recording_covers_the_known_writers():
+    """The recorded calls include the ops the models and optimizers depend on most."""
+    ops = {call.op for call in CALLS}
+    for op in ["aten.add_.Tensor", "aten.mul_.Tensor", "aten.addcdiv_.default", "aten.copy_.default"]:
+        assert op in ops
+    assert {str(op) for op in UNDECLARED} <= ops
+
+
+@pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
+@pytest.mark.parametrize("call", CALLS, ids=_ids())
+def test_written_arguments_match_torch(call, stats):
+    func = call.resolve()
+    cpu_args, cpu_kwargs = call.arguments(lambda recorded: recorded.on_cpu())
+    device_args, device_kwargs = call.arguments(lambda recorded: recorded.on_device(D))
+    torch.manual_seed(0)  # random in-place ops draw torch's CPU numbers on both sides
+    expected = func(*cpu_args, **cpu_kwargs)
+    torch.manual_seed(0)
+    result = func(*device_args, **device_kwargs)
+
+    names = [a.name for a in func._schema.arguments]
+    for position in written_positions(func):
+        name = names[position]
+        cpu_value = cpu_args[position] if position < len(cpu_args) else cpu_kwargs.get(name)
+        device_value = device_args[position] if position < len(device_args) else device_kwargs.get(name)
+        if isinstance(cpu_value, torch.Tensor):
+            torch.testing.assert_close(device_value.cpu(), cpu_value, equal_nan=True, msg=lambda m: f"{name}: {m}")
+    results = [r for r in torch.utils._pytree.tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
+    expected_results = [r for r in torch.utils._pytree.tree_flatten(expected)[0] if isinstance(r, torch.Tensor)]
+    for actual, wanted in zip(results, expected_results):
+        if wanted.numel() and actual.shape == wanted.shape:  # eval batch norm's saved statistics: see batch_norm.py
+            torch.testing.assert_close(actual.cpu(), wanted, equal_nan=True)
+    fallbacks = turbine.stats()["fallbacks"]
+    assert set(fallbacks) <= set(FALLBACK), f"{call.op} fell back: {fallbacks}"

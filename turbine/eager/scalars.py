@@ -1,0 +1,41 @@
+"""Runtime scalars: the 0-d device buffers that carry Python numbers (``x * 0.5``, a learning
+rate, ``full``'s fill value) into kernels that take them as inputs, so a new value compiles nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import iree.runtime as rt
+
+from turbine.config import config
+from turbine.device import Device, upload_scalar
+from turbine.eager.dtypes import ELEMENT_TYPES
+
+_scalar_buffers: dict[tuple, rt.HalBufferView] = {}
+
+
+def scalar_view(device: Device, value: Any, dtype: torch.dtype) -> rt.HalBufferView:
+    """A 0-d device buffer holding a runtime scalar (Python numbers are reused from a small cache)."""
+    if isinstance(value, torch.Tensor):
+        return _upload_scalar(device, value.to(dtype))
+    # float.hex tells -0.0 from 0.0 (equal, and equal hashes, as dict keys) and lets NaN hit.
+    key = (device.index, type(value), value.hex() if type(value) is float else value, dtype)
+    view = _scalar_buffers.get(key)
+    if view is None:
+        if len(_scalar_buffers) >= config.scalar_cache_size:
+            _scalar_buffers.pop(next(iter(_scalar_buffers)))
+        view = _scalar_buffers[key] = _upload_scalar(device, torch.tensor(value, dtype=dtype))
+    return view
+
+
+def number_dtype(value: int | float) -> torch.dtype:
+    """The dtype a number crosses in when a kernel takes it as a number: 64 bits, as Python holds it."""
+    return torch.float64 if type(value) is float else torch.int64
+
+
+def _upload_scalar(device: Device, value: torch.Tensor) -> rt.HalBufferView:
+    raw = value.reshape(1).view(torch.uint8).numpy()
+    buffer = upload_scalar(device, np.ascontiguousarray(raw))
+    return rt.HalBufferView(buffer.hal, [], ELEMENT_TYPES[value.dtype])
