@@ -3,7 +3,7 @@
     python benchmarks/models.py [--device turbine:cpu] [--models gpt2 llama ...] [--steps 10] [--out FILE]
 
 For each model of tests/library_models.py (transformers' GPT-2, Llama, BERT, ViT, ResNet; small
-configs, random weights) a new process with an empty kernel cache times:
+configs, random weights; and PyTorch's MNIST example network, batch 64) a new process with an empty kernel cache times:
 
 - the cold first training step (forward, backward, AdamW step; its kernels compile then),
 - the warm forward pass (eval mode, no_grad), warm training step and, for the decoders, a warm
@@ -176,7 +176,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="turbine:cpu")
     parser.add_argument("--torch-device", default="cpu")
-    parser.add_argument("--models", nargs="*", default=["gpt2", "llama", "bert", "vit", "resnet"])
+    parser.add_argument("--models", nargs="*", default=["gpt2", "llama", "bert", "vit", "resnet", "mnist"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--out", help="also write the table to this file")

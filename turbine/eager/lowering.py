@@ -145,6 +145,9 @@ CORRECTIONS = {
     _aten.topk.default: decompositions_module.order.topk,
     # torch's decomposition gives eval-mode statistics the CPU kernel's shapes, not its shape rule's.
     _aten._native_batch_norm_legit_no_training.default: decompositions_module.normalization.batch_norm_eval,
+    # IREE's strided convolutions and convolution gradients ran 8-128x torch's time on the CPU.
+    _aten.convolution.default: decompositions_module.convolution.convolution,
+    _aten.convolution_backward.default: decompositions_module.convolution.convolution_backward,
 }
 
 def _convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

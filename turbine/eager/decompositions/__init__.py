@@ -11,9 +11,9 @@ asymptotic expansions, Newton's and Halley's methods) rather than torch's fitted
 coefficients. ``TABLE`` maps each aten overload to its function; importing this package fills it.
 """
 
-from turbine.eager.decompositions import bessel, bits, chebyshev, distances, erf, gamma, histogram, linalg, normalization, order, pooling, scans, scatter, trigonometric
+from turbine.eager.decompositions import bessel, bits, chebyshev, convolution, distances, erf, gamma, histogram, linalg, normalization, order, pooling, scans, scatter, trigonometric
 from turbine.eager.decompositions._common import TABLE
 from turbine.eager.decompositions.pooling import adaptive_max_pool_nd
 from turbine.eager.decompositions.scans import logcumsumexp
 
-__all__ = ["TABLE", "adaptive_max_pool_nd", "logcumsumexp", "bessel", "bits", "chebyshev", "distances", "erf", "gamma", "histogram", "linalg", "normalization", "order", "pooling", "scans", "scatter", "trigonometric"]
+__all__ = ["TABLE", "adaptive_max_pool_nd", "logcumsumexp", "bessel", "bits", "chebyshev", "convolution", "distances", "erf", "gamma", "histogram", "linalg", "normalization", "order", "pooling", "scans", "scatter", "trigonometric"]

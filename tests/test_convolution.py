@@ -1,0 +1,64 @@
+"""2-D convolutions and their gradients (eager/decompositions/convolution.py) match torch on the
+CPU and run on IREE kernels, for strides, paddings, dilations and widths that take each path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import turbine
+
+D = "turbine:cpu"
+aten = torch.ops.aten
+
+CASES = {
+    # name: (input shape, weight shape, stride, padding, dilation, groups)
+    "3x3 stride 1, odd width": ((2, 3, 9, 11), (4, 3, 3, 3), 1, 1, 1, 1),
+    "3x3 stride 1, no padding": ((2, 3, 10, 26), (5, 3, 3, 3), 1, 0, 1, 1),
+    "3x3 stride 2": ((2, 3, 11, 10), (4, 3, 3, 3), 2, 1, 1, 1),
+    "1x1 stride 2": ((2, 4, 8, 8), (6, 4, 1, 1), 2, 0, 1, 1),
+    "7x7 stride 2, padding 3": ((1, 3, 16, 15), (4, 3, 7, 7), 2, 3, 1, 1),
+    "patch 4x4 stride 4": ((2, 3, 16, 16), (8, 3, 4, 4), 4, 0, 1, 1),
+    "non-square kernel and stride": ((2, 2, 9, 12), (3, 2, 2, 3), (2, 1), (0, 1), 1, 1),
+    "dilated": ((1, 2, 12, 12), (3, 2, 3, 3), 1, 2, 2, 1),
+    "padding wider than the kernel": ((1, 2, 6, 6), (2, 2, 3, 3), 1, 3, 1, 1),
+    "grouped (IREE's own lowering)": ((2, 4, 8, 8), (6, 2, 3, 3), 1, 1, 1, 2),
+}
+
+
+def _pair(value):
+    return list(value) if isinstance(value, tuple) else [value, value]
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no bias"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_convolution_and_gradients_match_torch(case, bias, stats):
+    input_shape, weight_shape, stride, padding, dilation, groups = CASES[case]
+    x = torch.randn(input_shape, requires_grad=True)
+    w = torch.randn(weight_shape, requires_grad=True)
+    b = torch.randn(weight_shape[0], requires_grad=True) if bias else None
+    options = {"stride": _pair(stride), "padding": _pair(padding), "dilation": _pair(dilation), "groups": groups}
+    expected = torch.nn.functional.conv2d(x, w, b, **options)
+    upstream = torch.randn(expected.shape)
+    expected_grads = torch.autograd.grad(expected, [x, w] + ([b] if bias else []), upstream)
+    device_inputs = [t.detach().to(D).requires_grad_() for t in [x, w] + ([b] if bias else [])]
+    with turbine.fallback("error"):
+        actual = torch.nn.functional.conv2d(device_inputs[0], device_inputs[1], device_inputs[2] if bias else None, **options)
+        actual_grads = torch.autograd.grad(actual, device_inputs, upstream.to(D))
+    torch.testing.assert_close(actual.detach().cpu(), expected.detach(), rtol=1e-4, atol=1e-4)
+    for got, want in zip(actual_grads, expected_grads):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+    assert stats()["fallbacks"] == {}
+
+
+def test_convolution_backward_returns_only_the_gradients_asked_for():
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    go = torch.randn(2, 4, 8, 8)
+    for mask in ([True, False, False], [False, True, False], [False, False, True]):
+        expected = aten.convolution_backward(go, x, w, [4], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask)
+        actual = aten.convolution_backward(go.to(D), x.to(D), w.to(D), [4], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask)
+        for asked, got, want in zip(mask, actual, expected):
+            if asked:  # (torch's CPU kernel also returns the weight's when only the bias's is asked for)
+                torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+            else:
+                assert got is None

@@ -1,0 +1,155 @@
+"""2-D convolution and its gradients as the matmuls and stride-1 convolutions IREE runs fast.
+
+Measured on turbine:cpu against torch's CPU kernel (one thread each, IREE 3.13): IREE's own
+kernels ran a stride-1 forward convolution at 0.9-1.8x torch's time, but a strided one at
+8-14x, the input gradient at 26-128x and the weight gradient at 23-25x (MNIST's second layer:
+551 ms against 13 for its input gradient). Written as below they ran at 0.6-3x:
+
+- forward, stride 1: IREE's convolution, its output widened to a multiple of 8 and cropped
+  (IREE's kernel ran 2.4-4x slower per element at other widths);
+- forward, strided: im2col (a gather IREE fuses) and one batched matmul;
+- weight gradient: im2col of the input and a batched matmul with the output gradient;
+- input gradient, stride 1: a stride-1 convolution of the padded output gradient with the
+  flipped, transposed weights;
+- input gradient, strided: one matmul with the transposed weights, whose taps are placed back
+  (spaced by the stride) and summed;
+- bias gradient: a sum.
+
+Grouped, transposed, 1-D and 3-D convolutions, and dilated input gradients, keep IREE's lowering.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+aten = torch.ops.aten
+
+
+def _plain_2d(weight: torch.Tensor, transposed: bool, groups: int) -> bool:
+    return weight.dim() == 4 and not transposed and groups == 1
+
+
+def _columns(x: torch.Tensor, kernel: list[int], stride: list[int], padding: list[int], dilation: list[int]) -> torch.Tensor:
+    """im2col: [N, C*kh*kw, OH*OW], the input values each output position's kernel reads (torch's
+    decomposition of it: a gather, which IREE fuses into its consumer)."""
+    return torch._decomp.decomposition_table[aten.im2col.default](x, kernel, dilation, padding, stride)
+
+
+def convolution(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    transposed: bool,
+    output_padding: list[int],
+    groups: int,
+) -> torch.Tensor:
+    """``aten.convolution``: strided 2-D ones as im2col and a matmul, the rest as they are."""
+    if not _plain_2d(weight, transposed, groups):
+        return aten.convolution.default(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    if list(stride) == [1, 1]:
+        return _stride_1(input, weight, bias, padding, dilation)
+    n, out_channels = input.shape[0], weight.shape[0]
+    kernel = list(weight.shape[2:])
+    size = [
+        (input.shape[2 + d] + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1) // stride[d] + 1 for d in range(2)
+    ]
+    out = torch.matmul(weight.reshape(out_channels, -1), _columns(input, kernel, stride, padding, dilation))
+    out = out.reshape(n, out_channels, *size)
+    return out if bias is None else out + bias.reshape(1, -1, 1, 1)
+
+
+#: IREE 3.13's CPU convolution ran 2.4-4x slower per output element when the output's width was
+#: not a multiple of this (64->32 channels, 3x3: width 24 15 ms, 26 61 ms, 32 26 ms).
+_WIDTH_MULTIPLE = 8
+
+
+def _stride_1(input, weight, bias, padding, dilation) -> torch.Tensor:
+    """A stride-1 2-D convolution, run on an input padded on the right so that the output's
+    width is a multiple of _WIDTH_MULTIPLE, then cropped back."""
+    width = input.shape[3] + 2 * padding[1] - dilation[1] * (weight.shape[3] - 1)
+    extra = -width % _WIDTH_MULTIPLE
+    if not extra:
+        return aten.convolution.default(input, weight, bias, [1, 1], padding, dilation, False, [0, 0], 1)
+    padded = F.pad(input, (padding[1], padding[1] + extra, padding[0], padding[0]))
+    out = aten.convolution.default(padded, weight, bias, [1, 1], [0, 0], dilation, False, [0, 0], 1)
+    return out[:, :, :, :width]
+
+
+def convolution_backward(
+    grad_output: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias_sizes: list[int] | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    transposed: bool,
+    output_padding: list[int],
+    groups: int,
+    output_mask: list[bool],
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """``aten.convolution_backward`` for plain 2-D convolutions (see the module docstring)."""
+    if not _plain_2d(weight, transposed, groups):
+        return aten.convolution_backward.default(
+            grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
+        )
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        if list(dilation) != [1, 1]:
+            grad_input = aten.convolution_backward.default(
+                grad_output, input, weight, bias_sizes, stride, padding, dilation, False, output_padding, 1, [True, False, False]
+            )[0]
+        elif list(stride) == [1, 1]:
+            grad_input = _input_gradient_stride_1(grad_output, input, weight, padding)
+        else:
+            grad_input = _input_gradient_strided(grad_output, input, weight, stride, padding)
+    if output_mask[1]:
+        grad_weight = _weight_gradient(grad_output, input, weight, stride, padding, dilation)
+    if output_mask[2]:
+        grad_bias = grad_output.sum([0, 2, 3])
+    return grad_input, grad_weight, grad_bias
+
+
+def _weight_gradient(grad_output, input, weight, stride, padding, dilation) -> torch.Tensor:
+    n, out_channels = grad_output.shape[:2]
+    columns = _columns(input, list(weight.shape[2:]), stride, padding, dilation)  # N, C*kh*kw, L
+    per_sample = torch.bmm(grad_output.reshape(n, out_channels, -1), columns.transpose(1, 2))
+    return per_sample.sum(0).reshape(weight.shape)
+
+
+def _input_gradient_stride_1(grad_output, input, weight, padding) -> torch.Tensor:
+    """The input gradient of a stride-1 convolution: a stride-1 convolution itself, of the output
+    gradient padded by kernel - 1 with the kernel flipped and its channels swapped, less the
+    forward padding (cropped, or padded by less where the kernel is wider than the padding)."""
+    kh, kw = weight.shape[2:]
+    ph, pw = kh - 1 - padding[0], kw - 1 - padding[1]
+    flipped = weight.flip(2, 3).transpose(0, 1)
+    padded = F.pad(grad_output, (max(pw, 0), max(pw, 0), max(ph, 0), max(ph, 0)))
+    result = _stride_1(padded, flipped, None, [0, 0], [1, 1])
+    top, left = max(-ph, 0), max(-pw, 0)
+    return result[:, :, top : top + input.shape[2], left : left + input.shape[3]]
+
+
+def _input_gradient_strided(grad_output, input, weight, stride, padding) -> torch.Tensor:
+    """The input gradient of a strided convolution: each kernel tap's share (one matmul for all
+    taps), spaced out by the stride, shifted to the tap's offset and summed, then cropped."""
+    n, channels, height, width = input.shape
+    out_channels, _, kh, kw = weight.shape
+    oh, ow = grad_output.shape[2:]
+    sh, sw = stride
+    taps = torch.matmul(weight.permute(2, 3, 1, 0).reshape(kh * kw * channels, out_channels), grad_output.reshape(n, out_channels, oh * ow))
+    taps = taps.reshape(n, kh, kw, channels, oh, ow)
+    spread = F.pad(taps.reshape(n, kh, kw, channels, oh, 1, ow, 1), (0, sw - 1, 0, 0, 0, sh - 1))
+    spread = spread.reshape(n, kh, kw, channels, oh * sh, ow * sw)
+    full_h, full_w = height + 2 * padding[0], width + 2 * padding[1]
+    total = None
+    for i in range(kh):
+        for j in range(kw):
+            tap = spread[:, i, j, :, : full_h - i, : full_w - j]
+            tap = F.pad(tap, (j, full_w - j - tap.shape[3], i, full_h - i - tap.shape[2]))
+            total = tap if total is None else total + tap
+    return total[:, :, padding[0] : padding[0] + height, padding[1] : padding[1] + width]
