@@ -3,7 +3,9 @@
     python benchmarks/models.py [--device turbine:cpu] [--models gpt2 llama ...] [--steps 10] [--out FILE]
 
 For each model of tests/library_models.py (transformers' GPT-2, Llama, BERT, ViT, ResNet; small
-configs, random weights; and PyTorch's MNIST example network, batch 64) a new process with an empty kernel cache times:
+configs, random weights; and PyTorch's MNIST example network, batch 64), at its ``--size``
+(``bench`` by default: hidden 256, 4 layers, 4 x 128 tokens; ``test`` is the tests' tiny size,
+where issuing each op costs more than its work), a new process with an empty kernel cache times:
 
 - the cold first training step (forward, backward, AdamW step; its kernels compile then),
 - the warm forward pass (eval mode, no_grad), warm training step and, for the decoders, a warm
@@ -56,7 +58,7 @@ def _median_ms(run: Callable[[], None], repeats: int) -> float:
     return statistics.median(times)
 
 
-def measure(name: str, device: str, torch_device: str, steps: int, tokens: int) -> dict:
+def measure(name: str, size: str, device: str, torch_device: str, steps: int, tokens: int) -> dict:
     """One model's numbers (runs in a process of its own; see main)."""
     import torch
 
@@ -65,11 +67,11 @@ def measure(name: str, device: str, torch_device: str, steps: int, tokens: int) 
 
     threads = turbine.config.cpu_workers if device.startswith("turbine:cpu") else torch.get_num_threads()
     torch.set_num_threads(threads)
-    reference = library_models.build(name).to(torch_device)
-    model = copy.deepcopy(library_models.build(name)).to(device)
+    reference = library_models.build(name, size).to(torch_device)
+    model = copy.deepcopy(library_models.build(name, size)).to(device)
     batches = {
-        device: {k: v.to(device) for k, v in library_models.batch(name).items()},
-        torch_device: {k: v.to(torch_device) for k, v in library_models.batch(name).items()},
+        device: {k: v.to(device) for k, v in library_models.batch(name, size).items()},
+        torch_device: {k: v.to(torch_device) for k, v in library_models.batch(name, size).items()},
     }
     optimizers = {device: torch.optim.AdamW(model.parameters(), lr=1e-4), torch_device: torch.optim.AdamW(reference.parameters(), lr=1e-4)}
     models = {device: model, torch_device: reference}
@@ -124,7 +126,7 @@ def measure(name: str, device: str, torch_device: str, steps: int, tokens: int) 
     result["torch_forward_ms"] = _median_ms(forward(torch_device), steps)
 
     if library_models.MODELS[name][2]:
-        prompts = {where: library_models.tokens(batch=1, length=8)["input_ids"].to(where) for where in models}
+        prompts = {where: library_models.prompt(size, length=8).to(where) for where in models}
         options = {"max_new_tokens": tokens, "min_new_tokens": tokens, "do_sample": False, "pad_token_id": 1}
 
         def generate(where: str) -> Callable[[], None]:
@@ -145,11 +147,16 @@ def measure(name: str, device: str, torch_device: str, steps: int, tokens: int) 
     return result
 
 
-def table(results: list[dict], device: str, torch_device: str, tokens: int) -> str:
+def table(results: list[dict], size: str, device: str, torch_device: str, tokens: int) -> str:
+    import library_models
+
     threads = results[0]["threads"] if results else "?"
+    dims = library_models.SIZES[size]
     lines = [
-        f"Library models on {device} against torch {torch_device} ({threads} torch thread(s) = turbine's IREE CPU "
-        f"workers); medians, ms unless marked; ratio = turbine / torch",
+        f"Library models ({size} size: hidden {dims['hidden']}, {dims['layers']} layers, batch {dims['batch']} x "
+        f"{dims['tokens']} tokens or {dims['image']}x{dims['image']} images; MNIST: batch 64) on {device} against torch "
+        f"{torch_device} ({threads} torch thread(s) = turbine's IREE CPU workers); medians, ms unless marked; "
+        "ratio = turbine / torch",
         "",
         "| model | cold first step (kernels) | torch first step | warm forward: torch / turbine (ratio) | "
         f"warm train step: torch / turbine (ratio) | warm generate {tokens} tokens: torch / turbine (ratio) | "
@@ -177,13 +184,14 @@ def main() -> None:
     parser.add_argument("--device", default="turbine:cpu")
     parser.add_argument("--torch-device", default="cpu")
     parser.add_argument("--models", nargs="*", default=["gpt2", "llama", "bert", "vit", "resnet", "mnist"])
+    parser.add_argument("--size", default="bench", choices=["test", "bench"], help="model size (tests/library_models.py)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--out", help="also write the table to this file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        result = measure(args.child, args.device, args.torch_device, args.steps, args.tokens)
+        result = measure(args.child, args.size, args.device, args.torch_device, args.steps, args.tokens)
         result["steps"] = args.steps
         print("RESULT " + json.dumps(result))
         return
@@ -199,7 +207,7 @@ def main() -> None:
             continue
         results.append(json.loads(lines[-1][len("RESULT ") :]))
         print(f"{name}: done", file=sys.stderr)
-    text = table(results, args.device, args.torch_device, args.tokens)
+    text = table(results, args.size, args.device, args.torch_device, args.tokens)
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")

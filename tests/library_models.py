@@ -4,14 +4,16 @@ and benchmarks/models.py times.
 
 It imports transformers: import it where transformers is installed (the tests skip without it).
 Each entry makes a CPU model (seeded, so every call gives the same weights) and a batch of CPU
-tensors for its forward pass, labels included so that the model returns a loss.
+tensors for its forward pass, labels included so that the model returns a loss. Two sizes:
+``test`` (hidden size 64, 2 layers, 16 tokens: quick to compile and check) and ``bench``
+(hidden size 256, 4 layers, 4 x 128 tokens: big enough that the kernels' work, not the cost of
+issuing them, decides a step's time, as in real use).
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
 import types
+from typing import Callable
 
 import torch
 from transformers import (
@@ -27,40 +29,49 @@ from transformers import (
     ViTForImageClassification,
 )
 
-VOCAB = 128
+#: The dimensions of each size.
+SIZES = {
+    "test": {"layers": 2, "hidden": 64, "vocab": 128, "batch": 2, "tokens": 16, "image": 32, "patch": 8, "widths": [16, 32]},
+    "bench": {"layers": 4, "hidden": 256, "vocab": 1024, "batch": 4, "tokens": 128, "image": 64, "patch": 8, "widths": [32, 64, 128, 256]},
+}
 
 
-def gpt2() -> torch.nn.Module:
-    config = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=128, bos_token_id=0, eos_token_id=1)
+def gpt2(size: dict) -> torch.nn.Module:
+    config = GPT2Config(
+        n_layer=size["layers"], n_embd=size["hidden"], n_head=4, vocab_size=size["vocab"], n_positions=256,
+        bos_token_id=0, eos_token_id=1,
+    )
     return GPT2LMHeadModel(config)
 
 
-def llama() -> torch.nn.Module:
+def llama(size: dict) -> torch.nn.Module:
     config = LlamaConfig(
-        num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=VOCAB, max_position_embeddings=128, bos_token_id=0, eos_token_id=1, pad_token_id=1,
+        num_hidden_layers=size["layers"], hidden_size=size["hidden"], intermediate_size=2 * size["hidden"],
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=size["vocab"], max_position_embeddings=256,
+        bos_token_id=0, eos_token_id=1, pad_token_id=1,
     )
     return LlamaForCausalLM(config)
 
 
-def bert() -> torch.nn.Module:
+def bert(size: dict) -> torch.nn.Module:
     config = BertConfig(
-        num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, vocab_size=VOCAB,
-        max_position_embeddings=128,
+        num_hidden_layers=size["layers"], hidden_size=size["hidden"], intermediate_size=2 * size["hidden"],
+        num_attention_heads=4, vocab_size=size["vocab"], max_position_embeddings=256,
     )
     return BertForMaskedLM(config)
 
 
-def vit() -> torch.nn.Module:
+def vit(size: dict) -> torch.nn.Module:
     config = ViTConfig(
-        image_size=32, patch_size=8, num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-        num_labels=10,
+        image_size=size["image"], patch_size=size["patch"], num_hidden_layers=size["layers"], hidden_size=size["hidden"],
+        intermediate_size=2 * size["hidden"], num_attention_heads=4, num_labels=10,
     )
     return ViTForImageClassification(config)
 
 
-def resnet() -> torch.nn.Module:
-    config = ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], num_labels=10)
+def resnet(size: dict) -> torch.nn.Module:
+    widths = size["widths"]
+    config = ResNetConfig(embedding_size=widths[0], hidden_sizes=widths, depths=[1] * len(widths), num_labels=10)
     return ResNetForImageClassification(config)
 
 
@@ -77,7 +88,7 @@ class MnistNet(torch.nn.Module):
         self.fc1 = torch.nn.Linear(9216, 128)
         self.fc2 = torch.nn.Linear(128, 10)
 
-    def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor | None = None):
+    def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor | None = None) -> types.SimpleNamespace:
         x = torch.relu(self.conv1(pixel_values))
         x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
         x = torch.relu(self.fc1(torch.flatten(self.dropout1(x), 1)))
@@ -86,30 +97,35 @@ class MnistNet(torch.nn.Module):
         return types.SimpleNamespace(logits=logits, loss=loss)
 
 
-def mnist() -> torch.nn.Module:
-    return MnistNet()
+def mnist(size: dict) -> torch.nn.Module:
+    return MnistNet()  # the example's own size at both sizes
 
 
-def digits(batch: int = 64) -> dict[str, torch.Tensor]:
+def tokens(size: dict, batch: int | None = None, length: int | None = None) -> dict[str, torch.Tensor]:
+    shape = (batch or size["batch"], length or size["tokens"])
+    ids = torch.randint(2, size["vocab"], shape, generator=torch.Generator().manual_seed(1))
+    return {"input_ids": ids, "labels": ids}
+
+
+def images(size: dict) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(1)
+    batch, side = size["batch"], size["image"]
     return {
-        "pixel_values": torch.randn(batch, 1, 28, 28, generator=generator),
+        "pixel_values": torch.randn(batch, 3, side, side, generator=generator),
         "labels": torch.randint(0, 10, (batch,), generator=generator),
     }
 
 
-def tokens(batch: int = 2, length: int = 16) -> dict[str, torch.Tensor]:
-    ids = torch.randint(2, VOCAB, (batch, length), generator=torch.Generator().manual_seed(1))
-    return {"input_ids": ids, "labels": ids}
-
-
-def images(batch: int = 2) -> dict[str, torch.Tensor]:
+def digits(size: dict) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(1)
-    return {"pixel_values": torch.randn(batch, 3, 32, 32, generator=generator), "labels": torch.tensor([1, 3])[:batch]}
+    return {
+        "pixel_values": torch.randn(64, 1, 28, 28, generator=generator),
+        "labels": torch.randint(0, 10, (64,), generator=generator),
+    }
 
 
 #: name -> (model builder, batch builder, whether it generates text)
-MODELS: dict[str, tuple[Callable[[], torch.nn.Module], Callable[[], dict], bool]] = {
+MODELS: dict[str, tuple[Callable[[dict], torch.nn.Module], Callable[[dict], dict], bool]] = {
     "gpt2": (gpt2, tokens, True),
     "llama": (llama, tokens, True),
     "bert": (bert, tokens, False),
@@ -119,11 +135,16 @@ MODELS: dict[str, tuple[Callable[[], torch.nn.Module], Callable[[], dict], bool]
 }
 
 
-def build(name: str) -> torch.nn.Module:
+def build(name: str, size: str = "test") -> torch.nn.Module:
     """The named model on the CPU, with the same random weights every time."""
     torch.manual_seed(0)
-    return MODELS[name][0]()
+    return MODELS[name][0](SIZES[size])
 
 
-def batch(name: str) -> dict[str, torch.Tensor]:
-    return MODELS[name][1]()
+def batch(name: str, size: str = "test") -> dict[str, torch.Tensor]:
+    return MODELS[name][1](SIZES[size])
+
+
+def prompt(size: str = "test", length: int = 5) -> torch.Tensor:
+    """A one-sequence prompt for generate()."""
+    return tokens(SIZES[size], batch=1, length=length)["input_ids"]

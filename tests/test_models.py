@@ -68,7 +68,7 @@ def test_model_trains_like_torch(name, stats):
 def test_decoder_generates_torchs_tokens(name, stats):
     reference = library_models.build(name).eval()
     model = copy.deepcopy(reference).to(D)
-    prompt = library_models.tokens(batch=1, length=5)["input_ids"]
+    prompt = library_models.prompt()
     options = {"max_new_tokens": 4, "do_sample": False, "pad_token_id": 1}
     expected = reference.generate(prompt, **options)
     tokens = model.generate(prompt.to(D), **options)
@@ -81,7 +81,7 @@ def test_eval_mode_under_inference_mode_reads_like_no_grad(stats):
     under no_grad, and batch norm uses its running statistics without falling back."""
     reference = library_models.build("resnet").eval()
     model = copy.deepcopy(reference).to(D)
-    pixels = library_models.images()["pixel_values"]
+    pixels = library_models.batch("resnet")["pixel_values"]
     with torch.no_grad():
         expected = reference(pixel_values=pixels).logits
     with torch.inference_mode():
