@@ -4,6 +4,7 @@ dtype conversions keep each parameter's identity, and batch norm keeps its runni
 from __future__ import annotations
 
 import copy
+import os
 import warnings
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 
 import turbine
 
-D = "turbine:cpu"
+D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 
 
 class Tied(torch.nn.Module):
