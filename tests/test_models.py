@@ -32,18 +32,38 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict)
     return output.logits.detach()
 
 
-#: Below this, a gradient is float rounding noise: attention's key bias, whose true gradient is
-#: zero (softmax ignores a constant added to a row). AdamW scales any gradient to a step of about
-#: lr, so each side moves such a parameter by its own noise: compared before the step only.
+#: Below this, a gradient element is near float rounding noise (attention's key bias, whose true
+#: gradient is zero: softmax ignores a constant added to a row; a weight a ReLU almost cut off).
+#: AdamW scales a gradient g to a step of lr * g / (|g| + eps), which for such g turns on noise,
+#: so those elements of a parameter are held only to AdamW's bound of lr per step.
 NOISE = 1e-6
+LR = 1e-3
 
 
-def _assert_same_state(model: torch.nn.Module, reference: torch.nn.Module, what: str) -> None:
-    for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
+def _assert_near(what: str, actual: torch.Tensor, expected: torch.Tensor, truth: torch.Tensor) -> None:
+    """turbine's value matches torch's, or where it does not, it is at least as near the float64
+    value as torch's is: torch's own float32 sum over tens of thousands of terms (MNIST's conv2
+    weight gradient) was 2.9e-5 from float64 where turbine's was 4e-9, and AdamW carries that
+    into the weights."""
+    try:
+        torch.testing.assert_close(actual, expected, **TOLERANCE)
+    except AssertionError as mismatch:
+        ours, torchs = (actual.double() - truth).abs().max(), (expected.double() - truth).abs().max()
+        if ours > 2 * torchs + TOLERANCE["atol"] / 10:
+            raise AssertionError(f"{what}: {ours:.3g} from float64, torch's {torchs:.3g}\n{mismatch}") from None
+
+
+def _assert_same_state(model: torch.nn.Module, reference: torch.nn.Module, truth: torch.nn.Module, what: str) -> None:
+    parameters = zip(model.named_parameters(), reference.parameters(), truth.parameters())
+    for (name, p), q, r in parameters:
         if q.grad is not None:
-            torch.testing.assert_close(p.grad.cpu(), q.grad, **TOLERANCE, msg=lambda m: f"gradient of {name}: {m}")
-        if q.grad is None or q.grad.abs().max() > NOISE:
-            torch.testing.assert_close(p.detach().cpu(), q.detach(), **TOLERANCE, msg=lambda m: f"{what} {name}: {m}")
+            _assert_near(f"gradient of {name}", p.grad.cpu(), q.grad, r.grad)
+        actual, expected, exact = p.detach().cpu(), q.detach(), r.detach()
+        if q.grad is not None:
+            noisy = q.grad.abs() <= NOISE
+            assert ((actual - expected).abs()[noisy] <= 4 * LR).all(), f"{what} {name}: a step beyond AdamW's bound"
+            actual, expected, exact = actual[~noisy], expected[~noisy], exact[~noisy]
+        _assert_near(f"{what} {name}", actual, expected, exact)
     for (name, b), (_, c) in zip(model.named_buffers(), reference.named_buffers()):
         torch.testing.assert_close(b.cpu(), c, **TOLERANCE, msg=lambda m: f"buffer {name}: {m}")
 
@@ -54,14 +74,17 @@ def test_model_trains_like_torch(name, stats):
     model = copy.deepcopy(reference).to(D)
     tied = {id(p) for p in reference.parameters()}
     assert len({id(p) for p in model.parameters()}) == len(tied), "module.to() untied shared parameters"
+    truth = copy.deepcopy(reference).double()  # where torch's float32 and turbine's differ
     batch = library_models.batch(name)
     device_batch = {key: value.to(D) for key, value in batch.items()}
-    optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (reference, model)]
+    double_batch = {key: value.double() if value.is_floating_point() else value for key, value in batch.items()}
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=LR) for m in (reference, model, truth)]
     for step in range(2):
         expected = _step(reference, optimizers[0], batch)
         logits = _step(model, optimizers[1], device_batch)
+        _step(truth, optimizers[2], double_batch)
         torch.testing.assert_close(logits.cpu(), expected, **TOLERANCE)
-        _assert_same_state(model, reference, f"after step {step + 1}, parameter")
+        _assert_same_state(model, reference, truth, f"after step {step + 1}, parameter")
     assert turbine.stats()["fallbacks"] == {}
 
 

@@ -32,7 +32,7 @@ from turbine.eager.dtypes import check_kernel_dtype
 from turbine.eager.launch import enqueue, join
 from turbine.eager.scalars import number_dtype, scalar_view
 from turbine.eager.schema import OpSchema, functional_variant, functionalized_variant, schema_of
-from turbine.eager.signature import Leaves, rebuild, walk
+from turbine.eager.signature import Leaves, is_runtime, rebuild, walk
 from turbine.eager.tensor import DenseLayout, DeviceTensor, torch_device
 from turbine.eager.transfer import to_device, to_host
 from turbine.eager.views import dense, meta_like, write
@@ -630,15 +630,26 @@ def _kernel_signature(func: Any, leaves: Leaves) -> tuple[tuple, list]:
         for v, number in zip(leaves.scalars, leaves.numbers)
     ]
     signature = _plain(tuple(leaves.key)) + (tuple(str(d) for d in scalar_dtypes),)
-    if _lowered_op(func) in lowering.CORRECTIONS:
+    schema = _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
+    if func in lowering.CORRECTIONS or schema.twin in lowering.CORRECTIONS:
         signature += ("corrected",)  # never a kernel cached from the uncorrected lowering
     return signature, scalar_dtypes
 
 
-def _lowered_op(func: Any) -> Any:
-    """The overload a kernel plan traces: the op, or its twin taking runtime scalars as tensors."""
+def _lowered_op(func: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    """The overload a kernel plan traces: the op, or its twin taking runtime scalars as tensors,
+    unless this call compiles one of them in (pow's exponent 2: the op itself then)."""
     schema = _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
-    return schema.twin or func
+    if schema.twin is None:
+        return func
+    for position, name in enumerate(schema.names):
+        rule = schema.runtime_scalars.get(name, False)
+        if rule is True or rule is False or name in schema.symbolic:
+            continue
+        value = args[position] if position < len(args) else (kwargs or {}).get(name)
+        if type(value) in (int, float, bool) and not is_runtime(rule, value):
+            return func
+    return schema.twin
 
 
 def _stored_kernel_plan(func: Any, leaves: Leaves) -> _KernelPlan | None:
@@ -667,7 +678,7 @@ def _kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
         check_kernel_dtype(tensor.dtype, f"an input of {func}")
     signature, scalar_dtypes = _kernel_signature(func, leaves)
     inputs = [(tuple(t.shape), t.dtype) for t in leaves.tensors] + [((), d) for d in scalar_dtypes]
-    target = _lowered_op(func)
+    target = _lowered_op(func, args, kwargs)
     target = lowering.CORRECTIONS.get(target, target)
     count = len(leaves.tensors)
 

@@ -44,10 +44,10 @@ class OpSchema:
     kinds: tuple[str, ...]
     names: tuple[str, ...]
     kind_by_name: dict
-    #: SCALAR arguments passed as runtime 0-d inputs, by name. True: the traced op takes the 0-d
-    #: tensor (its twin's Tensor slot, add's folded alpha). A function: the traced op takes the
-    #: number (``.item()`` of the 0-d tensor), and the function says which values are compiled in
-    #: after all (bools, pow's exponent 2).
+    #: SCALAR arguments passed as runtime 0-d inputs, by name: True, or a function of the value
+    #: that says which values are compiled in after all (pow's exponent 2; bools of ``symbolic``
+    #: ones). The traced op takes a runtime scalar as the 0-d tensor (its twin's Tensor slot,
+    #: add's folded alpha) or, for ``symbolic`` ones, as a number.
     runtime_scalars: dict
     twin: torch._ops.OpOverload | None  # the overload that takes those Scalars as tensors
     #: Runtime SCALAR arguments the traced op takes as numbers: ``.item()`` of their 0-d input.
@@ -129,9 +129,10 @@ def schema_of(func: torch._ops.OpOverload) -> OpSchema:
     scalar_names = [a.name for a, k in zip(args, kinds) if k == SCALAR]
     packet = func.overloadpacket.__name__.rstrip("_")
     compiled_in = COMPILED_IN.get(packet, {})
-    # pow keeps its exponent a number: its Tensor twin computes every power as exp(log(x) * y).
-    # A twin takes every Scalar as a tensor, so none may be compiled in.
-    twin = _twin(func, kinds) if set(scalar_names) - {"alpha"} and not compiled_in and packet != "pow" else None
+    # A twin takes its Scalars as tensors, so an op with a Scalar that is always compiled in has
+    # none; one compiled in for some values (pow's exponent 2) traces the op itself for those.
+    always = {name for name, rule in compiled_in.items() if rule is True}
+    twin = _twin(func, kinds) if set(scalar_names) - {"alpha"} and not always else None
     # add/sub's alpha scales the operand in the trace (dispatch._fold_alpha); a twin takes the
     # other Scalars as tensors; the rest are traced as numbers.
     folded = {"alpha"} if packet in ("add", "sub", "rsub") else set()
@@ -146,7 +147,7 @@ def schema_of(func: torch._ops.OpOverload) -> OpSchema:
             symbolic.add(name)
             runtime[name] = _bool_or(rule)  # a traced bool would be a symbolic bool, which IREE does not import
         else:
-            runtime[name] = True
+            runtime[name] = rule or True
     written = tuple(i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
     out_names = tuple(args[i].name for i in written if args[i].kwarg_only)
     aliased = any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)

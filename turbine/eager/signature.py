@@ -64,7 +64,9 @@ class Leaves:
         self.scalars.append(value)
         self.numbers.append(number)
 
-    def value(self, value: Any, kind: str, runtime: Any) -> None:
+    def value(self, value: Any, kind: str, runtime: Any, number: bool = False) -> None:
+        """One argument: ``runtime`` is its rule in ``OpSchema.runtime_scalars`` (False if none),
+        ``number`` whether the traced op takes it as a number (``OpSchema.symbolic``)."""
         cls = type(value)
         if cls is DeviceTensor:
             self.tensor(value)
@@ -76,7 +78,7 @@ class Leaves:
                 self.value(item, TENSOR, True)
         elif cls in _NUMBERS:
             if kind == TENSOR or is_runtime(runtime, value):
-                self.scalar(value, number=kind != TENSOR and runtime is not True)
+                self.scalar(value, number=number and kind != TENSOR)
             else:
                 self.key.append((cls, value))
         elif isinstance(value, DeviceTensor):  # a subclass of DeviceTensor (nn.Parameter-style)
@@ -104,16 +106,17 @@ def walk(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Leaves:
     key.append(func)
     kinds = schema.kinds
     runtime = schema.runtime_scalars
+    symbolic = schema.symbolic
     names = schema.names
     for i, value in enumerate(args):
         if type(value) is DeviceTensor:  # the common case, checked first
             leaves.tensor(value)
         else:
-            leaves.value(value, kinds[i], runtime.get(names[i], False))
+            leaves.value(value, kinds[i], runtime.get(names[i], False), names[i] in symbolic)
     if kwargs:
         for name, value in kwargs.items():
             key.append(name)
-            leaves.value(value, schema.kind_by_name.get(name, CONST), runtime.get(name, False))
+            leaves.value(value, schema.kind_by_name.get(name, CONST), runtime.get(name, False), name in symbolic)
     if leaves.foreign is not None and leaves.device is not None:
         raise _devices_error(leaves.device, leaves.foreign)
     return leaves
