@@ -142,3 +142,21 @@ def test_bad_runtime_flags_name_the_variable():
     result = _run_python("import torch, turbine; torch.zeros(2, device='turbine:cpu')", TURBINE_RUNTIME_FLAGS="--no_such_flag=1")
     assert result.returncode != 0
     assert "TURBINE_RUNTIME_FLAGS" in result.stderr and "no_such_flag" in result.stderr
+
+
+def test_devices_whose_waits_poll_run_bursts_and_reads_as_others_do(fresh_cache, monkeypatch):
+    """On turbine:cuda0 the host polls a fence rather than block on it, kernel calls included
+    (IREE 3.13's CUDA driver crashed on blocked host waits, device.py); here the CPU device is
+    made to poll, so the path runs without a GPU: a burst of launches after compiles (the
+    deferred queue), a kernel run on a copy of its input, and reads."""
+    device = registry.open_device(os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu"))
+    settled = []
+    settle = type(device).settle
+    monkeypatch.setattr(device, "polls_waits", True)
+    monkeypatch.setattr(type(device), "settle", lambda self, fence: settled.append(fence) or settle(self, fence))
+    x, w = torch.randn(6, 8), torch.randn(8, 8)
+    xd, wd = x.to(device.name), w.to(device.name)
+    y = torch.tanh(xd @ wd).t()
+    copied = torch.ops.aten.unsqueeze_copy.default(y, 0)  # IREE hands its input back: run on a copy
+    torch.testing.assert_close(copied.cpu(), torch.tanh(x @ w).t().unsqueeze(0))
+    assert len(settled) >= 4, "every kernel call and the read went through the polling wait"

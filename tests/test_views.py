@@ -120,7 +120,29 @@ def test_results_handed_back_from_copied_inputs_wait_for_the_copy():
         dispatch.clear_plans()
         x = torch.randn(6, 8)
         xd = x.to(D)
-        torch.testing.assert_close(xd.t().contiguous().cpu(), x.t().contiguous(), rtol=0, atol=0)
+        expected = torch.ops.aten.unsqueeze_copy.default(x.t(), 0)
+        torch.testing.assert_close(torch.ops.aten.unsqueeze_copy.default(xd.t(), 0).cpu(), expected, rtol=0, atol=0)
+
+
+def test_copies_share_the_buffer_of_their_input_s_elements():
+    """``clone``, ``_unsafe_view`` (a reshape after a matmul) and ``contiguous()`` run no kernel of
+    their own on a dense input (a gather on a strided one); writing into the copy leaves the input."""
+    import turbine
+
+    x = torch.randn(6, 8)
+    xd = x.to(D)
+    with turbine.fallback("error"):
+        before = turbine.stats()["dispatches"]
+        copies = [xd.clone(), torch.ops.aten._unsafe_view.default(xd, [8, 6]), torch.ops.aten.view_copy.default(xd, [48])]
+        assert turbine.stats()["dispatches"] == before
+        transposed = xd.t().contiguous()
+        assert turbine.stats()["dispatches"] == before + 1, "one gather, and the copy is its result"
+        for copy in copies + [transposed]:
+            copy.mul_(2)
+    torch.testing.assert_close(xd.cpu(), x, rtol=0, atol=0)
+    expected = [x * 2, x.reshape(8, 6) * 2, x.reshape(48) * 2, x.t() * 2]
+    for copy, value in zip(copies + [transposed], expected):
+        torch.testing.assert_close(copy.cpu(), value, rtol=0, atol=0)
 
 
 def test_data_shares_storage_without_autograd():

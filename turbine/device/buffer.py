@@ -36,7 +36,7 @@ class Buffer:
     def wait(self) -> None:
         """Block the host until the buffer's producer finished (a failed kernel raises here)."""
         if self.ready is not None:
-            self.ready.wait()
+            self.device.settle(self.ready)
             self.ready = None
 
 

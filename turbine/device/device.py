@@ -6,6 +6,7 @@ This layer knows nothing of torch ops; eager/ maps each Device to a ``torch.devi
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import iree.runtime as rt
@@ -18,6 +19,13 @@ DEVICE_OPTIONS = {
     "target": "compiler target architecture for this device's kernels (e.g. 'sm_80', 'gfx942', 'host')",
     "compiler_flags": "extra IREE compiler flags for this device's kernels (a list of strings)",
 }
+
+#: Drivers on which the host must not block on a fence before it is reached, so turbine polls
+#: instead. IREE 3.13's CUDA driver links a blocked host wait's timepoints into the semaphores
+#: from the waiting thread's stack, and its event code reads every linked timepoint as one of
+#: its own (hal/drivers/cuda/event_semaphore.c): a kernel's call, which blocks in its
+#: queue_alloca until its wait fence is reached, segfaulted when launches came in a burst.
+POLLED_WAITS = {"cuda"}
 
 _instance_lock = threading.Lock()
 _vm_instance: rt.VmInstance | None = None
@@ -53,6 +61,8 @@ class Device:
         #: DLPack device type code: 1 is kDLCPU, 2 kDLCUDA, 10 kDLROCM, 7 kDLVulkan.
         self.dlpack_type = {"cpu": 1, "cuda": 2, "hip": 10, "vulkan": 7}[spec.kind]
         self._stack: list[Device] = []
+        #: Whether waits on this device poll (POLLED_WAITS), kernel calls included.
+        self.polls_waits = spec.kind in POLLED_WAITS
 
     def __repr__(self) -> str:
         return f"turbine.Device({self.name!r}, index={self.index})"
@@ -65,6 +75,15 @@ class Device:
         """
         return rt.HalFence.create_at(self.hal.create_semaphore(0), 1)
 
+    def settle(self, fence: rt.HalFence) -> None:
+        """Block the host until ``fence`` is reached (raises if its work failed); by polling where
+        the driver cannot take a blocking host wait (POLLED_WAITS)."""
+        if not self.polls_waits:
+            fence.wait()
+            return
+        while not fence.wait(timeout=0):
+            time.sleep(0)  # lets compile threads run meanwhile
+
     def staging_copy(self, source: rt.HalBuffer, nbytes: int) -> rt.HalBuffer:
         """Copy device-local memory into a new host-visible buffer and wait for it."""
         staging = self.allocator.allocate_buffer(
@@ -74,7 +93,7 @@ class Device:
         )
         done = self.new_fence()
         self.hal.queue_copy(source, staging, rt.HalFence(0), done)
-        done.wait()
+        self.settle(done)
         return staging
 
     def allocate(self, nbytes: int) -> rt.HalBuffer:

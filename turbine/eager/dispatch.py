@@ -33,7 +33,7 @@ from turbine.eager.launch import enqueue, join
 from turbine.eager.scalars import number_dtype, scalar_view
 from turbine.eager.schema import OpSchema, functional_variant, functionalized_variant, schema_of
 from turbine.eager.signature import Leaves, is_runtime, rebuild, walk
-from turbine.eager.tensor import DenseLayout, DeviceTensor, torch_device
+from turbine.eager.tensor import DenseLayout, DeviceTensor, Storage, contiguous_strides, torch_device
 from turbine.eager.transfer import to_device, to_host
 from turbine.eager.views import dense, meta_like, write
 from turbine.errors import CompileError, UnsupportedOpError
@@ -90,6 +90,8 @@ def _plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
 def _new_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, key: tuple) -> Callable:
     """A key's plan, kept in the plan cache: from its saved record if a file has one, else built."""
     record = saved_plans.take(key, leaves.device) if leaves.device is not None else None
+    if record is not None and record[0] == "kernel" and func in _SAME_ELEMENTS:
+        record = None  # saved before copies shared their input's buffer (_SharePlan)
     try:
         plan = _from_record(func, schema, leaves, record) if record is not None else None
     except (ValueError, TypeError, KeyError, IndexError):
@@ -122,6 +124,8 @@ def _from_record(func: Any, schema: OpSchema, leaves: Leaves, record: tuple) -> 
         plan = _ViewPlan(record[1], record[2])
     elif kind == "mutation":
         plan = _MutationPlan(func, schema)
+    elif kind == "share":
+        plan = _SharePlan(record[1])
     else:
         plan = _EmptyPlan(leaves.device, record[1], record[2])
     counters.plans_from_disk += 1
@@ -236,7 +240,7 @@ def _raise_as_torch_cpu(func: Any, schema: OpSchema, args: tuple, kwargs: dict) 
 def _build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves) -> Callable:
     if leaves.device is None:
         raise UnsupportedOpError(f"{func} reached turbine without a turbine tensor argument")
-    if not schema.written and not schema.aliased_output:
+    if not schema.written and not schema.aliased_output and func not in _SAME_ELEMENTS:
         plan = _stored_kernel_plan(func, leaves)
         if plan is not None:
             return plan
@@ -248,7 +252,47 @@ def _build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
     metas, kind = _outputs(meta_out)
     if _zero_size(func, leaves, metas):
         return _EmptyPlan(leaves.device, _layouts_of(metas), kind)
+    if _shares_buffer(func, leaves, metas):
+        return _SharePlan(tuple(metas[0].shape))
     return _kernel_plan(func, schema, args, kwargs, leaves, meta_out)
+
+
+#: Ops whose result is their input's elements in the same row-major order (``reshape`` after a
+#: matmul is ``_unsafe_view``; ``contiguous()`` of a transposed result, once gathered, is ``clone``).
+_SAME_ELEMENTS = {
+    aten._unsafe_view.default,
+    aten.clone.default,
+    aten.view_copy.default,
+    aten._reshape_copy.default,
+    aten.alias_copy.default,
+    aten.detach_copy.default,
+    aten.lift_fresh_copy.default,
+}
+
+
+def _shares_buffer(func: Any, leaves: Leaves, metas: list) -> bool:
+    """Whether the result can be a new storage over the buffer of its input's elements: turbine
+    never writes into a buffer once made (device/buffer.py), so sharing one is as good as a copy."""
+    if func not in _SAME_ELEMENTS or len(leaves.tensors) != 1 or len(metas) != 1 or metas[0] is None:
+        return False
+    out = metas[0]
+    return out.dtype == leaves.tensors[0].dtype and out.stride() == contiguous_strides(tuple(out.shape))
+
+
+class _SharePlan:
+    """A copy or reshape: a new storage over the buffer of the input's elements (the input's
+    own when it is dense, else the gather that makes it dense), no kernel of its own. A kernel
+    that hands back its input would run on a device copy of it (kernels_cache/kernel.py)."""
+
+    def __init__(self, sizes: tuple) -> None:
+        self.sizes = sizes
+
+    def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        source = dense(leaves.tensors[0])._storage
+        return DeviceTensor(Storage(source.device, source.dtype, source.numel, source.buffer), self.sizes)
+
+    def record(self) -> tuple:
+        return ("share", self.sizes)
 
 
 def _zero_size(func: Any, leaves: Leaves, metas: list) -> bool:

@@ -114,7 +114,7 @@ def _torch_tensor(tensor: DeviceTensor) -> torch.Tensor:
         plain = device.allocate(storage.buffer.nbytes)
         done = device.new_fence()
         device.hal.queue_copy(storage.buffer.hal, plain, rt.HalFence(0), done)
-        done.wait()
+        device.settle(done)
         flat = rt.HalBufferView(plain, [count], element_type)
         capsule = device.hal.create_dlpack_capsule(flat, device.dlpack_type, device.spec.ordinal)
     shared = torch.from_dlpack(capsule)

@@ -100,7 +100,10 @@ class Kernel:
         return results, ready
 
     def _call(self, inputs: list[rt.HalBufferView], wait: rt.HalFence, signal: rt.HalFence) -> rt.VmVariantList:
-        """One call of the entry point: the inputs, then the wait and signal fences."""
+        """One call of the entry point: the inputs, then the wait and signal fences (on a device
+        whose waits poll, a wait fence reached first: the call may block on it, device.py)."""
+        if self.device.polls_waits:
+            self.device.settle(wait)
         args = rt.VmVariantList(len(inputs) + 2)
         for view in inputs:
             args.push_ref(view)
