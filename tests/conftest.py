@@ -23,7 +23,7 @@ import turbine  # noqa: E402
 from turbine.eager import deferred, dispatch  # noqa: E402
 from turbine.kernels_cache import DiskStore, kernel_cache  # noqa: E402
 
-DEVICE = "turbine:cpu"
+from checks import D as DEVICE  # noqa: E402
 
 _recording = os.environ.get("TURBINE_RECORD_WRITES")
 if _recording:  # record the calls tests/test_written_arguments.py replays (tests/written_calls.py)

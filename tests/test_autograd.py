@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import turbine
+from checks import D
 
-D = "turbine:cpu"
 
 
 def mlp():

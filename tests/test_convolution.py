@@ -3,14 +3,13 @@ CPU and run on IREE kernels, for strides, paddings, dilations and widths that ta
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
 
 import turbine
+from checks import D
 
-D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 aten = torch.ops.aten
 
 CASES = {

@@ -1,24 +1,13 @@
 """Ops IREE 3.13 gets wrong or cannot take as they are, which turbine corrects (eager/lowering.py,
 dispatch.py): each compared with torch on the CPU. All were found by the OpInfo run."""
 
-import os
 
 import pytest
 import torch
 
 import turbine
+from checks import D, check
 
-D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
-
-
-def check(fn, *inputs, **tolerance):
-    expected = fn(*inputs)
-    actual = fn(*[t.to(D) if isinstance(t, torch.Tensor) else t for t in inputs])
-    torch.testing.assert_close(
-        [a.cpu() for a in actual] if isinstance(actual, tuple) else actual.cpu(),
-        list(expected) if isinstance(expected, tuple) else expected,
-        **tolerance,
-    )
 
 
 def test_negative_indices_read_and_write_from_the_end():
@@ -85,7 +74,7 @@ def test_reductions_of_0d_tensors():
 @pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
 def test_an_op_whose_lowering_cannot_be_traced_goes_to_the_fallback():
     # take's decomposition has a data-dependent shape for 0-d inputs, so tracing it fails.
-    check(lambda t, i: torch.take(t, i), torch.randn(()), torch.tensor(0))
+    check(lambda t, i: torch.take(t, i), torch.randn(()), torch.tensor(0), executor="fallback")
 
 
 def test_gradient_of_sgn_asks_for_efficient_zeros():

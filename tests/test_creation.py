@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import turbine
+from checks import D
 
-D = "turbine:cpu"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int16, torch.int32,
           torch.int64, torch.uint8, torch.bool]
 

@@ -3,14 +3,13 @@
 the CPU, special values included."""
 
 import math
-import os
 
 import pytest
 import torch
 
 import turbine
+from checks import D
 
-D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")
 
 # IREE's CPU code flushes subnormal floats to zero, so the special values stay normal.
 SPECIAL = [0.0, -0.0, math.nan, math.inf, -math.inf, 1e-30, -3e-32, 1.0, -1.0, 2.0, 0.5]

@@ -5,7 +5,6 @@ Each test uses shapes no other test uses, so that its kernels are new to the ses
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 
@@ -15,8 +14,8 @@ from torch.testing import assert_close
 
 import turbine
 from turbine.eager import deferred
+from checks import D
 
-D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 
 
 def _on(*tensors: torch.Tensor) -> list[torch.Tensor]:

@@ -13,8 +13,8 @@ import torch
 import turbine
 from turbine.config import Config
 from turbine.eager import fallback as fallback_module
+from checks import D
 
-D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 POLICIES = ["device", "host"]
 
 

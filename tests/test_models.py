@@ -7,7 +7,6 @@ decoder models generate torch's tokens. The models come from tests/library_model
 from __future__ import annotations
 
 import copy
-import os
 
 import pytest
 import torch
@@ -17,8 +16,8 @@ import turbine
 pytest.importorskip("transformers")
 
 import library_models  # noqa: E402  (needs transformers)
+from checks import D
 
-D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 TOLERANCE = {"rtol": 1e-4, "atol": 2e-5}
 
 

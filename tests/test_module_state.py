@@ -4,15 +4,14 @@ dtype conversions keep each parameter's identity, and batch norm keeps its runni
 from __future__ import annotations
 
 import copy
-import os
 import warnings
 
 import pytest
 import torch
 
 import turbine
+from checks import D
 
-D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 
 
 class Tied(torch.nn.Module):

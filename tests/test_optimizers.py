@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import copy
 import inspect
-import os
 
 import pytest
 import torch
 
 import turbine
+from checks import D
 
-D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 STEPS = 50
 
 #: How each optimizer is built for the test (options that reach more of its code); every

@@ -1,10 +1,9 @@
 """What a kernel signature holds: runtime scalars never recompile; shapes, dims and dtypes do."""
 
-import os
 
 import torch
+from checks import D
 
-D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 
 
 def test_scalar_multiplier_compiles_once(stats):

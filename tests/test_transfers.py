@@ -1,12 +1,11 @@
 """Buffers stay on the device: host transfers happen only when the user reads."""
 
-import os
 
 import torch
 
 import turbine
+from checks import D
 
-D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 
 
 def test_chain_of_100_ops_makes_no_host_transfer(stats):

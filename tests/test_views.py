@@ -1,11 +1,10 @@
 """Views share storage with their base; in-place ops and out= write as in torch."""
 
-import os
 
 import pytest
 import torch
+from checks import D
 
-D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 
 
 def both(fn, x):

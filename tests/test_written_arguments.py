@@ -6,7 +6,6 @@ written argument, and each result, must match torch's.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,8 @@ import torch
 from written_calls import UNDECLARED, load, written_positions
 
 import turbine
+from checks import D
 
-D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")  # the GPU run sets turbine:cuda0
 CALLS = load(str(Path(__file__).parent / "data" / "written_calls.pt"))
 
 #: (recorded op, dtype of its first tensor): why IREE cannot run it, as docs/op-coverage.md

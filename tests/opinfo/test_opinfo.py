@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import opinfo_runner
+from checks import D
 from opinfo_skips import SKIPS
 
 CI_ENTRIES = [
@@ -23,7 +24,7 @@ CI_ENTRIES = [
 ]
 
 ENTRIES = opinfo_runner.entries()
-DEVICE = "turbine:cpu"
+DEVICE = D  # the OpInfo report itself is measured on turbine:cpu (python -m turbine coverage)
 
 
 @pytest.mark.filterwarnings("ignore")

@@ -1,0 +1,60 @@
+"""What every test file shares: the device under test and the comparison with torch.
+
+``TURBINE_TEST_DEVICE`` picks the device (``turbine:cpu`` unless set; the GPU run sets
+``turbine:cuda0``). ``check`` runs a function on CPU tensors and on their turbine copies and
+compares every result, and asserts which executor ran the turbine side, so that a broken
+lowering cannot pass by falling back to torch's kernel.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import torch
+
+import turbine
+
+#: The turbine device the tests run on.
+D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")
+
+#: Executors ``check`` knows: IREE kernels only; or at least one op on torch's kernel or the host.
+EXECUTORS = ("iree", "fallback")
+
+
+def to_device(value: Any) -> Any:
+    """A tensor's copy on D; anything else as it is."""
+    return value.to(D) if isinstance(value, torch.Tensor) else value
+
+
+def _results(value: Any) -> list:
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+def _executors_used() -> tuple[dict, dict]:
+    """Copies of the fallback and host-op counters (stats() hands out live dicts)."""
+    stats = turbine.stats()
+    return dict(stats["fallbacks"]), dict(stats["host_ops"])
+
+
+def check(fn: Callable, *inputs: Any, executor: str = "iree", **tolerance: Any) -> None:
+    """``fn`` on turbine copies of ``inputs`` matches ``fn`` on the inputs (torch on the CPU), and
+    ran on ``executor``: ``"iree"`` (no op fell back or ran on the host) or ``"fallback"``."""
+    assert executor in EXECUTORS, f"executor must be one of {EXECUTORS}"
+    before = _executors_used()
+    actual = _results(fn(*[to_device(t) for t in inputs]))
+    for a in actual:
+        if isinstance(a, torch.Tensor):
+            assert isinstance(a, turbine.DeviceTensor), f"a result is {type(a).__name__}, not a turbine tensor"
+    # Read before counting: a launch whose kernel compiled in the background runs (or falls back) when read.
+    actual = [a.cpu() if isinstance(a, torch.Tensor) else a for a in actual]
+    after = _executors_used()
+    if executor == "iree":
+        assert after == before, f"expected IREE kernels only; fallbacks and host ops went from {before} to {after}"
+    else:
+        assert after != before, "expected a fallback, but IREE ran every op"
+    for a, e in zip(actual, _results(fn(*inputs)), strict=True):
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(a, e, **tolerance)
+        else:
+            assert a == e
