@@ -146,6 +146,7 @@ def run_process(cache_dir, **env):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # new processes
 def test_a_process_that_exits_leaves_a_bundle_for_the_next(tmp_path):
     """Off, no builder starts; on, the process's exit starts one and the next process loads its bundle."""
     first = run_process(tmp_path, TURBINE_CACHE_BUNDLES="0")

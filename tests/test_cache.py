@@ -38,6 +38,7 @@ def run_workload(cache_dir, script=WORKLOAD, **env):
     return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
 
 
+@pytest.mark.slow  # new processes
 def test_second_process_compiles_nothing(tmp_path):
     first, _ = run_workload(tmp_path)
     second, _ = run_workload(tmp_path)
@@ -72,6 +73,7 @@ def test_lookup_goes_memory_then_disk_then_compile(fresh_cache, stats):
     assert stats()["cache_hits_disk"] == 1
 
 
+@pytest.mark.slow  # new processes
 def test_four_processes_compiling_at_once(tmp_path):
     environment = dict(os.environ, TURBINE_CACHE_DIR=str(tmp_path))
     processes = [
@@ -240,6 +242,7 @@ def test_saves_list_the_directory_only_when_the_limit_may_be_passed(tmp_path, mo
     assert sum(e["bytes"] for e in store.entries()) <= 6000
 
 
+@pytest.mark.slow  # new processes
 def test_failed_compile_is_remembered_across_processes(tmp_path):
     script = textwrap.dedent(
         """
@@ -268,6 +271,7 @@ def test_turbine_cache_0_turns_the_disk_off(tmp_path):
     assert not any(tmp_path.iterdir())  # nothing written to the cache directory
 
 
+@pytest.mark.slow  # new processes
 def test_cli_info_list_clear(tmp_path):
     run_workload(tmp_path)
 

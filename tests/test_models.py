@@ -18,6 +18,8 @@ pytest.importorskip("transformers")
 import library_models  # noqa: E402  (needs transformers)
 from checks import D
 
+pytestmark = pytest.mark.slow  # library models: each trains and compiles its kernels (15-30 s)
+
 TOLERANCE = {"rtol": 1e-4, "atol": 2e-5}
 
 

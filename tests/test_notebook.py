@@ -4,7 +4,10 @@ import re
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
+
+pytestmark = pytest.mark.slow  # each notebook runs in a new kernel
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 

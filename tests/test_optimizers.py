@@ -17,6 +17,8 @@ import torch
 import turbine
 from checks import D
 
+pytestmark = pytest.mark.slow  # 50 steps of every optimizer
+
 STEPS = 50
 
 #: How each optimizer is built for the test (options that reach more of its code); every

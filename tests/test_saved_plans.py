@@ -243,6 +243,7 @@ def run_process(cache_dir, *devices, **env):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # new processes
 def test_a_process_leaves_its_plans_to_the_next_by_device_name(tmp_path):
     """Plans are written as a process exits, per device name: the next process opens the two
     CPU devices in the other order (other torch indices) and takes both devices' plans."""
