@@ -74,9 +74,14 @@ def _decompose(func: Any, args: tuple, kwargs: dict) -> Any:
     return func.decompose(*args, **kwargs)
 
 
+def _schema(func: Any) -> OpSchema:
+    """The op's schema, worked out once per overload."""
+    return _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
+
+
 def _plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
     """Run ``func`` through the plan its key selects, building the plan on the first call."""
-    schema = _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
+    schema = _schema(func)
     leaves = walk(func, schema, args, kwargs)
     # A plan holds kernels loaded on one device, so the device is part of its key (the kernel
     # cache shares compiled modules between devices of one target by itself).
@@ -90,8 +95,6 @@ def _plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
 def _new_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, key: tuple) -> Callable:
     """A key's plan, kept in the plan cache: from its saved record if a file has one, else built."""
     record = saved_plans.take(key, leaves.device) if leaves.device is not None else None
-    if record is not None and record[0] == "kernel" and func in _SAME_ELEMENTS:
-        record = None  # saved before copies shared their input's buffer (_SharePlan)
     try:
         plan = _from_record(func, schema, leaves, record) if record is not None else None
     except (ValueError, TypeError, KeyError, IndexError):
@@ -151,7 +154,7 @@ def stand_in(func: Any, args: tuple, kwargs: dict) -> Any:
 
     Ops that write their arguments return those; others, uninitialised tensors of the result's shapes.
     """
-    schema = _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
+    schema = _schema(func)
     if schema.out_names:
         outs = [kwargs[name] for name in schema.out_names]
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -240,7 +243,7 @@ def _raise_as_torch_cpu(func: Any, schema: OpSchema, args: tuple, kwargs: dict) 
 def _build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves) -> Callable:
     if leaves.device is None:
         raise UnsupportedOpError(f"{func} reached turbine without a turbine tensor argument")
-    if not schema.written and not schema.aliased_output and func not in _SAME_ELEMENTS:
+    if not schema.written and not schema.aliased_output:
         plan = _stored_kernel_plan(func, leaves)
         if plan is not None:
             return plan
@@ -503,7 +506,7 @@ class _KernelPlan:
         kind: str,
     ) -> None:
         self.func = func
-        self.schema = _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
+        self.schema = _schema(func)
         self.device = device
         self.compiling = kernel if isinstance(kernel, CompilingKernel) else None
         self.kernel = None if self.compiling else kernel
@@ -674,7 +677,7 @@ def _kernel_signature(func: Any, leaves: Leaves) -> tuple[tuple, list]:
         for v, number in zip(leaves.scalars, leaves.numbers)
     ]
     signature = _plain(tuple(leaves.key)) + (tuple(str(d) for d in scalar_dtypes),)
-    schema = _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
+    schema = _schema(func)
     if func in lowering.CORRECTIONS or schema.twin in lowering.CORRECTIONS:
         signature += ("corrected",)  # never a kernel cached from the uncorrected lowering
     return signature, scalar_dtypes
@@ -683,7 +686,7 @@ def _kernel_signature(func: Any, leaves: Leaves) -> tuple[tuple, list]:
 def _lowered_op(func: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
     """The overload a kernel plan traces: the op, or its twin taking runtime scalars as tensors,
     unless this call compiles one of them in (pow's exponent 2: the op itself then)."""
-    schema = _schemas.get(func) or _schemas.setdefault(func, schema_of(func))
+    schema = _schema(func)
     if schema.twin is None:
         return func
     for position, name in enumerate(schema.names):
@@ -856,7 +859,7 @@ def _cat(func: Any, args: tuple, kwargs: dict) -> Any:
     kept = [t for t in tensors if t.numel() != 0]
     if len(kept) == len(tensors) or not kept:
         return _plan_and_run(func, args, kwargs)
-    meta = _meta_call(func, _schemas.get(func) or _schemas.setdefault(func, schema_of(func)), args, kwargs)
+    meta = _meta_call(func, _schema(func), args, kwargs)
     result = run(func, (kept, *args[1:]), kwargs) if len(kept) > 1 else run(aten.clone.default, (kept[0],), {})
     if result.dtype != meta.dtype:
         result = run(aten._to_copy.default, (result,), {"dtype": meta.dtype})
