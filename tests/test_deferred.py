@@ -136,8 +136,11 @@ def test_a_launch_that_cannot_run_fails_its_dependents_not_unrelated_ops(monkeyp
 
     compile_mlir = cache_module.compile_mlir
 
+    issued = threading.Event()
+
     def broken_for_erf(text, target):
         if "torch.aten.erf " in text:
+            issued.wait(timeout=60)  # fail once the ops below are queued, not before erf's call returns
             raise RuntimeError("compiler process lost")
         return compile_mlir(text, target)
 
@@ -147,6 +150,7 @@ def test_a_launch_that_cannot_run_fails_its_dependents_not_unrelated_ops(monkeyp
     y = torch.erf(x)  # its compile will raise
     z = y * 3.0  # depends on y
     w = torch.erfc(x)  # unrelated, issued after both
+    issued.set()
     assert_close(w.cpu(), torch.erfc(a))
     with pytest.raises(RuntimeError, match="compiler process lost"):
         z.cpu()
