@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from turbine.eager.schema import schema_of
 from turbine.eager.tensor import DeviceTensor
-from turbine.eager.transfer import to_host
+from turbine.eager.views import to_host
 
 aten = torch.ops.aten
 

@@ -9,14 +9,18 @@ import importlib.metadata
 import os
 import sys
 import time
+from pathlib import Path
+
+import iree.runtime as rt
+import torch
+
+import turbine
+from turbine.config import config
+from turbine.kernels_cache import DiskStore, compiler_version
 
 
 def demo(device: str) -> int:
     """The README's example on one device, checked against torch on the CPU."""
-    import torch
-
-    import turbine
-
     torch.manual_seed(0)
     x = torch.randn(64, 128, device=device)
     w = torch.randn(128, 32, device=device)
@@ -31,18 +35,12 @@ def demo(device: str) -> int:
 
 
 def info() -> int:
-    import turbine
-
     for package in ("turbine-eager", "torch", "iree-base-compiler", "iree-base-runtime"):
         try:
             version = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             version = "not installed" if package != "turbine-eager" else turbine.__version__ + " (source tree)"
         print(f"{package:20} {version}")
-    import iree.runtime as rt
-
-    from turbine.kernels_cache import compiler_version
-
     print(f"{'IREE compiler':20} {compiler_version()}")
 
     print(f"{'IREE drivers':20} {', '.join(rt.query_available_drivers())}")
@@ -53,11 +51,6 @@ def info() -> int:
 
 def _open_store(path: str | None):
     """The cache directory to inspect, or an error message naming the problem and the way out."""
-    from pathlib import Path
-
-    from turbine.config import config
-    from turbine.kernels_cache import DiskStore
-
     root = Path(path or config.cache_dir)
     if not root.is_dir():
         return None, f"no turbine kernel cache at {root} (nothing compiled yet, or TURBINE_CACHE_DIR points elsewhere)"
@@ -109,8 +102,6 @@ def cache(args: argparse.Namespace) -> int:
 
 def coverage(argv: list[str]) -> int:
     """Run the operator coverage suite, which lives with the tests in a source checkout."""
-    from pathlib import Path
-
     suite = Path(__file__).resolve().parent.parent / "tests" / "opinfo" / "opinfo_coverage.py"
     if not suite.exists():
         print(

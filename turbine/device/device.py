@@ -28,6 +28,7 @@ DEVICE_OPTIONS = {
 POLLED_WAITS = {"cuda"}
 
 _instance_lock = threading.Lock()
+_entered = threading.local()
 _vm_instance: rt.VmInstance | None = None
 
 
@@ -104,12 +105,23 @@ class Device:
 
     # ``with turbine.device("turbine:cpu1"):`` makes this the device plain "turbine" means.
     def __enter__(self) -> "Device":
-        from turbine.device import registry
-
-        registry.push_current(self)
+        _entered_stack().append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from turbine.device import registry
+        stack = _entered_stack()
+        if stack and stack[-1] is self:
+            stack.pop()
 
-        registry.pop_current(self)
+
+def _entered_stack() -> list[Device]:
+    """This thread's devices entered with ``with device:``, innermost last."""
+    if not hasattr(_entered, "stack"):
+        _entered.stack = []
+    return _entered.stack
+
+
+def innermost_entered() -> Device | None:
+    """The device of this thread's innermost ``with device:`` block, if any."""
+    stack = _entered_stack()
+    return stack[-1] if stack else None

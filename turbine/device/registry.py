@@ -13,7 +13,7 @@ from typing import Any
 import iree.runtime as rt
 
 from turbine.config import config
-from turbine.device.device import Device
+from turbine.device.device import Device, innermost_entered
 from turbine.device.names import DRIVERS, DeviceSpec, parse
 from turbine.errors import DeviceNotFoundError
 
@@ -25,7 +25,6 @@ MAX_DEVICES = 64
 _lock = threading.RLock()
 _by_name: dict[str, Device] = {}
 _by_index: list[Device] = []
-_current = threading.local()
 _drivers: dict[str, rt.HalDriver] = {}
 
 
@@ -137,19 +136,4 @@ def opened_devices() -> list[Device]:
 
 def current() -> Device:
     """The device plain ``"turbine"`` means: the innermost ``with device``, else ``config.default_device``."""
-    stack = getattr(_current, "stack", None)
-    if stack:
-        return stack[-1]
-    return open_device(config.default_device)
-
-
-def push_current(device: Device) -> None:
-    if not hasattr(_current, "stack"):
-        _current.stack = []
-    _current.stack.append(device)
-
-
-def pop_current(device: Device) -> None:
-    stack = getattr(_current, "stack", [])
-    if stack and stack[-1] is device:
-        stack.pop()
+    return innermost_entered() or open_device(config.default_device)

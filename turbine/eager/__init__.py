@@ -1,14 +1,14 @@
 """torch-facing layer: DeviceTensor, the device-string mode, op dispatch, lowering, views."""
 
-from turbine.eager.backend import register
-from turbine.eager.tensor import DeviceTensor
+from turbine.eager import backend
 
-register()
+backend.register()  # torch.device("turbine") exists from here on
 
-from turbine.eager.factories import register_backend_kernels  # noqa: E402
-from turbine.eager.mode import install  # noqa: E402
+from turbine.eager import backend_kernels, dispatch, mode  # noqa: E402
+from turbine.eager.tensor import DeviceTensor  # noqa: E402
 
-register_backend_kernels()
-install()
+DeviceTensor.dispatcher = dispatch.handle
+backend_kernels.register()
+mode.install()
 
 __all__ = ["DeviceTensor"]

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from turbine.eager.factories import empty
+from turbine.eager.tensor import empty
 
 aten = torch.ops.aten
 

@@ -27,10 +27,9 @@ from typing import Any
 
 from turbine.config import config
 from turbine.counters import counters
-from turbine.device import Device
+from turbine.device import Device, join
 from turbine.device.buffer import PendingBuffer
 from turbine.eager import fallback
-from turbine.eager.launch import enqueue, join
 from turbine.eager.signature import rebuild
 from turbine.eager.tensor import DeviceTensor, Storage
 from turbine.eager.views import dense
@@ -146,7 +145,7 @@ class _Launch:
             views.append(tensor.buffer_view())
             if tensor._storage.buffer.ready is not None:
                 waits.append(tensor._storage.buffer.ready)
-        results = iter(enqueue(plan.kernel, self.device, views + self.scalar_views, join(waits)))
+        results = iter(plan.kernel.launch(views + self.scalar_views, join(waits)))
         for pending in self.outputs:
             if pending is not None:
                 buffer, _ = next(results)

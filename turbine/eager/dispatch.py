@@ -26,16 +26,15 @@ from typing import Any, Callable
 import torch
 
 from turbine.counters import counters
-from turbine.device import Device
-from turbine.eager import backward_errors, batch_norm, deferred, factories, fallback, foreach, host, lowering, masked, saved_plans
+from turbine.device import Device, by_index, join
+from turbine.eager import backward_errors, batch_norm, deferred, fallback, foreach, host, lowering, masked, saved_plans
 from turbine.eager.dtypes import check_kernel_dtype
-from turbine.eager.launch import enqueue, join
 from turbine.eager.scalars import number_dtype, scalar_view
 from turbine.eager.schema import OpSchema, functional_variant, functionalized_variant, schema_of
 from turbine.eager.signature import Leaves, is_runtime, rebuild, walk
-from turbine.eager.tensor import DenseLayout, DeviceTensor, Storage, contiguous_strides, torch_device
-from turbine.eager.transfer import to_device, to_host
-from turbine.eager.views import dense, meta_like, write
+from turbine.eager.tensor import DenseLayout, DeviceTensor, Storage, contiguous_strides, empty, torch_device
+from turbine.eager.transfer import to_device
+from turbine.eager.views import dense, meta_like, to_host, write
 from turbine.errors import CompileError, UnsupportedOpError
 from turbine.kernels_cache import CompilingKernel, Kernel, kernel_cache
 
@@ -45,6 +44,17 @@ aten = torch.ops.aten
 _plans: dict[tuple, Callable] = {}
 _handlers: dict[Any, Callable] = {}
 _schemas: dict[Any, OpSchema] = {}
+
+
+def handle(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+    """``DeviceTensor.__torch_dispatch__``: run the op; inside a backward call, a failure is held
+    until the backward returns (eager/backward_errors.py) and autograd gets a stand-in."""
+    try:
+        return run(func, args, kwargs)
+    except Exception as error:
+        if not backward_errors.active():
+            raise
+        return backward_errors.hold(error, lambda: stand_in(func, args, kwargs))
 
 
 def run(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
@@ -162,7 +172,7 @@ def stand_in(func: Any, args: tuple, kwargs: dict) -> Any:
         return args[schema.written[0]]
     device = host.device_of(args, kwargs)
     meta_out = _meta_call(func, schema, args, kwargs)
-    return backward_errors.uninitialised_like(meta_out, lambda m: factories.empty(tuple(m.shape), m.dtype, device))
+    return backward_errors.uninitialised_like(meta_out, lambda m: empty(tuple(m.shape), m.dtype, device))
 
 
 def clear_plans() -> None:
@@ -334,7 +344,7 @@ class _EmptyPlan:
         self.structure = _STRUCTURES[kind]
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
-        outs = [None if layout is None else factories.empty(*layout, self.device) for layout in self.layouts]
+        outs = [None if layout is None else empty(*layout, self.device) for layout in self.layouts]
         return self.structure(outs)
 
     def record(self) -> tuple:
@@ -478,7 +488,7 @@ def _resize(func: Any, args: tuple, kwargs: dict) -> Any:
     storage = target._storage
     offset = target.storage_offset()
     if offset + numel > storage.numel:
-        grown = factories.empty((offset + numel,), target.dtype, storage.device)
+        grown = empty((offset + numel,), target.dtype, storage.device)
         if storage.numel:
             old = to_host(DeviceTensor(storage, (storage.numel,)))
             write(grown[: storage.numel], to_device(old, storage.device))
@@ -528,7 +538,6 @@ class _KernelPlan:
                 return self._queue(leaves, args, kwargs)
             if self.failure is not None:
                 return fallback.run(self.func, args, kwargs, self.failure)
-        device = self.device
         views = []
         waits = []
         for tensor in leaves.tensors:
@@ -540,7 +549,7 @@ class _KernelPlan:
                 waits.append(ready)
         if leaves.scalars:
             views += self._scalar_views(leaves)
-        results = iter(enqueue(self.kernel, device, views, join(waits)))
+        results = iter(self.kernel.launch(views, join(waits)))
         torch_device = self.torch_device
         return self.structure([None if layout is None else layout.make(*next(results), torch_device) for layout in self.outputs])
 
@@ -814,8 +823,6 @@ def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
     if target.type == "cpu":
         return host_copy
     if target.type == "turbine":
-        from turbine.device import by_index
-
         return to_device(host_copy, by_index(target.index))
     raise RuntimeError(f"turbine cannot copy a tensor to {target}; copy it to the CPU first (.cpu())")
 
@@ -907,7 +914,7 @@ def _empty(func: Any, args: tuple, kwargs: dict) -> Any:
     schema = schema_of(func)
     leaves = walk(func, schema, args, kwargs)
     meta = _meta_call(func, schema, args, kwargs)
-    return factories.empty(tuple(meta.shape), meta.dtype, leaves.device)
+    return empty(tuple(meta.shape), meta.dtype, leaves.device)
 
 
 def _random(func: Any, args: tuple, kwargs: dict) -> Any:

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import torch
-import iree.runtime as rt
+from typing import Any
 
+import torch
+
+from turbine.device import ELEMENT_TYPES as device_element_types
 from turbine.errors import UnsupportedDtypeError, UnsupportedOpError
 
-_ET = rt.HalElementType
-ELEMENT_TYPES: dict[torch.dtype, int] = {
-    torch.float32: _ET.FLOAT_32,
-    torch.float16: _ET.FLOAT_16,
-    torch.bfloat16: _ET.BFLOAT_16,
-    torch.float64: _ET.FLOAT_64,
-    torch.int8: _ET.SINT_8,
-    torch.int16: _ET.SINT_16,
-    torch.int32: _ET.SINT_32,
-    torch.int64: _ET.SINT_64,
-    torch.uint8: _ET.UINT_8,
-    torch.bool: _ET.BOOL_8,
+#: The dtypes IREE kernels take, with the element type a buffer view of each is made with.
+ELEMENT_TYPES: dict[torch.dtype, Any] = {
+    dtype: device_element_types[str(dtype).replace("torch.", "")]
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int16, torch.int32,
+                  torch.int64, torch.uint8, torch.bool)
 }
 
 

@@ -12,13 +12,11 @@ from typing import Any, Callable
 
 import torch
 
-from turbine.device import Buffer, Device
-from turbine.device.registry import by_index
+from turbine.device import NO_WAIT, Device
 from turbine.eager import lowering
 from turbine.eager.dtypes import check_dtype
-from turbine.eager.launch import launch
 from turbine.eager.scalars import number_dtype, scalar_view
-from turbine.eager.tensor import DeviceTensor, Storage, numel_of, wrap
+from turbine.eager.tensor import DeviceTensor, empty, wrap
 from turbine.eager.transfer import to_device
 from turbine.kernels_cache import kernel_cache
 
@@ -32,49 +30,6 @@ EMPTY = {"empty", "empty_strided", "empty_like"}
 LIKE = {"zeros_like": torch.zeros, "ones_like": torch.ones, "full_like": torch.full, "empty_like": torch.empty}
 
 _kernels: dict[tuple, tuple] = {}
-_library: torch.library.Library | None = None
-
-
-def empty(sizes: tuple[int, ...], dtype: torch.dtype, device: Device) -> DeviceTensor:
-    """An uninitialised dense tensor: a fresh buffer, no kernel, no transfer."""
-    check_dtype(dtype)
-    sizes = tuple(sizes)
-    numel = numel_of(sizes)
-    buffer = Buffer(device, device.allocate(numel * dtype.itemsize))
-    return DeviceTensor(Storage(device, dtype, numel, buffer), sizes)
-
-
-def register_backend_kernels() -> None:
-    """Give torch ``empty`` and ``_copy_from`` kernels for the turbine key.
-
-    torch's own C++ code (``x[0] = 5``, ``Tensor.to``, ``new_tensor``) makes tensors with
-    ``at::empty(..., device=turbine)`` and fills them with ``_copy_from``, at times with Python
-    dispatch turned off; those calls reach the PrivateUse1 backend, not ``__torch_dispatch__``.
-    """
-    global _library
-    if _library is not None:
-        return
-    _library = torch.library.Library("aten", "IMPL")
-
-    def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-        return empty(tuple(size), dtype or torch.get_default_dtype(), by_index(device.index or 0))
-
-    def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
-        return empty(tuple(size), dtype or torch.get_default_dtype(), by_index(device.index or 0))
-
-    def copy_from(source, destination, non_blocking=False):
-        from turbine.eager import dispatch
-
-        return dispatch.run(torch.ops.aten.copy_.default, (destination, source), {})
-
-    def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
-        # What autograd makes for gradients known to be zero (sgn's, for one): plain zeros here.
-        return torch.zeros(tuple(size), dtype=dtype or torch.get_default_dtype(), device=device)
-
-    _library.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
-    _library.impl("_efficientzerotensor", efficient_zero_tensor, "PrivateUse1")
-    _library.impl("empty_strided", empty_strided, "PrivateUse1")
-    _library.impl("_copy_from", copy_from, "PrivateUse1")
 
 
 def _freeze(value: Any) -> Any:
@@ -152,7 +107,7 @@ def _run_factory_kernel(func: Callable, name: str, args: tuple, kwargs: dict, de
         entry = _kernels[key] = (kernel, sizes, meta.dtype)
     kernel, sizes, dtype = entry
     views = [] if fill is None else [scalar_view(device, fill, number_dtype(fill))]
-    ((buffer, view),) = launch(kernel, device, views, [])
+    ((buffer, view),) = kernel.launch(views, NO_WAIT)
     return wrap(buffer, dtype, sizes, view)
 
 

@@ -20,11 +20,10 @@ import warnings
 from typing import Any, Iterator
 
 import torch
-import iree.runtime as rt
 
 from turbine.config import config
 from turbine.counters import counters
-from turbine.device import Device
+from turbine.device import Device, export_capsule, import_capsule
 from turbine.eager import host
 from turbine.eager.dtypes import ELEMENT_TYPES, STORAGE_ONLY
 from turbine.eager.tensor import DeviceTensor, Storage
@@ -100,24 +99,9 @@ def _torch_runs_on(device: Device | None) -> bool:
 def _torch_tensor(tensor: DeviceTensor) -> torch.Tensor:
     """A torch tensor (CPU or CUDA) over the same memory as ``tensor``, after its producer finished."""
     storage = tensor._storage
-    storage.buffer.wait()
-    device = storage.device
     parts = STORAGE_ONLY.get(storage.dtype)  # complex storage crosses DLPack as its real parts
-    element_type = ELEMENT_TYPES[parts or storage.dtype]
     count = storage.numel * (2 if parts else 1)
-    flat = rt.HalBufferView(storage.buffer.hal, [count], element_type)
-    try:
-        capsule = device.hal.create_dlpack_capsule(flat, device.dlpack_type, device.spec.ordinal)
-    except (ValueError, RuntimeError):
-        # IREE's CUDA driver cannot export queue-ordered (pooled) allocations, which kernel results
-        # are: copy into a plain allocation on the device, which it can export.
-        plain = device.allocate(storage.buffer.nbytes)
-        done = device.new_fence()
-        device.hal.queue_copy(storage.buffer.hal, plain, rt.HalFence(0), done)
-        device.settle(done)
-        flat = rt.HalBufferView(plain, [count], element_type)
-        capsule = device.hal.create_dlpack_capsule(flat, device.dlpack_type, device.spec.ordinal)
-    shared = torch.from_dlpack(capsule)
+    shared = torch.from_dlpack(export_capsule(storage.buffer, count, ELEMENT_TYPES[parts or storage.dtype]))
     if parts:
         shared = torch.view_as_complex(shared.view(-1, 2))
     return shared.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
@@ -130,16 +114,12 @@ def _import(result: torch.Tensor, device: Device) -> DeviceTensor:
     dense = result.resolve_conj().resolve_neg().contiguous()  # torch's lazy conj/neg bits, made real
     parts = dense.dtype in STORAGE_ONLY
     try:
-        exported = torch.view_as_real(dense) if parts else dense
-        view = device.hal.from_dlpack_capsule(torch.utils.dlpack.to_dlpack(exported))
+        buffer, view = import_capsule(device, torch.utils.dlpack.to_dlpack(torch.view_as_real(dense) if parts else dense))
     except Exception:  # misaligned or an odd layout: copy it (a counted transfer)
         return to_device(dense.cpu(), device)
-    from turbine.device import Buffer
-
-    sizes = tuple(dense.shape)
-    tensor = DeviceTensor(Storage(device, dense.dtype, dense.numel(), Buffer(device, view.get_buffer())), sizes)
+    tensor = DeviceTensor(Storage(device, dense.dtype, dense.numel(), buffer), tuple(dense.shape))
     if not parts:
-        tensor._view_cache = (tensor._storage.buffer, view)
+        tensor._view_cache = (buffer, view)
     return tensor
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from turbine.eager.transfer import to_host
-
 
 def tensor_repr(tensor: torch.Tensor) -> str:
     """Format like torch formats a CUDA tensor, but with ``device='turbine:cpu'`` (one host read)."""
-    host = to_host(tensor)
+    with torch.no_grad():
+        host = tensor.cpu()  # through dispatch, as any copy to the CPU
     prefix = "tensor("
     suffixes = [f"device='{tensor._storage.device.name}'"]
     if host.numel() == 0:

@@ -15,8 +15,8 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from turbine.device import Device
 from turbine.eager.tensor import DeviceTensor
-from turbine.eager.transfer import to_device, to_host
-from turbine.eager.views import write
+from turbine.eager.transfer import to_device
+from turbine.eager.views import to_host, write
 
 
 def device_of(args: tuple, kwargs: dict) -> Device | None:

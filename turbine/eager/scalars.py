@@ -7,16 +7,15 @@ from typing import Any
 
 import numpy as np
 import torch
-import iree.runtime as rt
 
 from turbine.config import config
-from turbine.device import Device, upload_scalar
+from turbine.device import BufferView, Device, upload_scalar, view_of
 from turbine.eager.dtypes import ELEMENT_TYPES
 
-_scalar_buffers: dict[tuple, rt.HalBufferView] = {}
+_scalar_buffers: dict[tuple, BufferView] = {}
 
 
-def scalar_view(device: Device, value: Any, dtype: torch.dtype) -> rt.HalBufferView:
+def scalar_view(device: Device, value: Any, dtype: torch.dtype) -> BufferView:
     """A 0-d device buffer holding a runtime scalar (Python numbers are reused from a small cache)."""
     if isinstance(value, torch.Tensor):
         return _upload_scalar(device, value.to(dtype))
@@ -35,7 +34,7 @@ def number_dtype(value: int | float) -> torch.dtype:
     return torch.float64 if type(value) is float else torch.int64
 
 
-def _upload_scalar(device: Device, value: torch.Tensor) -> rt.HalBufferView:
+def _upload_scalar(device: Device, value: torch.Tensor) -> BufferView:
     raw = value.reshape(1).view(torch.uint8).numpy()
     buffer = upload_scalar(device, np.ascontiguousarray(raw))
-    return rt.HalBufferView(buffer.hal, [], ELEMENT_TYPES[value.dtype])
+    return view_of(buffer, [], ELEMENT_TYPES[value.dtype])

@@ -7,14 +7,13 @@ of it sees the change. Buffers themselves are never written after they are produ
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
-import iree.runtime as rt
 
-from turbine.device import Buffer, Device
-from turbine.eager import conversion
-from turbine.eager.dtypes import ELEMENT_TYPES
+from turbine.device import Buffer, BufferView, Device, view_of
+from turbine.eager import conversion, formatting
+from turbine.eager.dtypes import ELEMENT_TYPES, check_dtype
 
 
 class Storage:
@@ -87,15 +86,14 @@ class DeviceTensor(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
+    #: What runs every aten op on a DeviceTensor: eager/dispatch.py's ``handle``, installed by
+    #: the package (eager/__init__.py). Kept as a slot so this module, which everything in eager/
+    #: builds tensors with, does not import the dispatcher that sits above it.
+    dispatcher: Callable[[Any, tuple, dict], Any]
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        try:
-            return dispatch.run(func, args, kwargs)
-        except Exception as error:
-            if not backward_errors.active():
-                raise
-            return backward_errors.hold(error, lambda: dispatch.stand_in(func, args, kwargs))
+        return cls.dispatcher(func, args, kwargs or {})
 
     def _become(self, other: "DeviceTensor") -> None:
         """Take ``other``'s sizes, strides, dtype and storage in place (``t.data = other``,
@@ -144,13 +142,13 @@ class DeviceTensor(torch.Tensor):
         """The IREE device holding this tensor (``.device`` gives torch's view of it)."""
         return self._storage.device
 
-    def buffer_view(self) -> rt.HalBufferView:
+    def buffer_view(self) -> BufferView:
         """This dense tensor's buffer as a buffer view of its shape (cached until the storage changes)."""
         buffer = self._storage.buffer
         cached = self._view_cache
         if cached is not None and cached[0] is buffer:
             return cached[1]
-        view = rt.HalBufferView(buffer.hal, self.shape, ELEMENT_TYPES[self.dtype])
+        view = view_of(buffer, self.shape, ELEMENT_TYPES[self.dtype])
         self._view_cache = (buffer, view)
         return view
 
@@ -167,13 +165,22 @@ class DeviceTensor(torch.Tensor):
         return self.cpu().tolist()
 
 
-def wrap(buffer: Buffer, dtype: torch.dtype, sizes: tuple[int, ...], view: rt.HalBufferView | None = None) -> DeviceTensor:
+def wrap(buffer: Buffer, dtype: torch.dtype, sizes: tuple[int, ...], view: BufferView | None = None) -> DeviceTensor:
     """A new dense DeviceTensor over a buffer, optionally with its ready-made buffer view."""
     sizes = tuple(sizes)
     tensor = DeviceTensor(Storage(buffer.device, dtype, numel_of(sizes), buffer), sizes)
     if view is not None:
         tensor._view_cache = (buffer, view)
     return tensor
+
+
+def empty(sizes: tuple[int, ...], dtype: torch.dtype, device: Device) -> DeviceTensor:
+    """An uninitialised dense tensor: a fresh buffer, no kernel, no transfer."""
+    check_dtype(dtype)
+    sizes = tuple(sizes)
+    numel = numel_of(sizes)
+    buffer = Buffer(device, device.allocate(numel * dtype.itemsize))
+    return DeviceTensor(Storage(device, dtype, numel, buffer), sizes)
 
 
 class DenseLayout:
@@ -187,7 +194,7 @@ class DenseLayout:
         self.numel = numel_of(self.sizes)
         self.key = (self.sizes, dtype)
 
-    def make(self, buffer: Buffer, view: rt.HalBufferView | None, device: torch.device) -> DeviceTensor:
+    def make(self, buffer: Buffer, view: BufferView | None, device: torch.device) -> DeviceTensor:
         """A new dense DeviceTensor over ``buffer`` (the hot path of every kernel result); ``view``
         is None for a buffer whose launch waits on a compile (eager/deferred.py)."""
         # Contiguous strides are the default; leaving them out makes this call measurably cheaper.
@@ -209,5 +216,3 @@ def torch_device(device: Device) -> torch.device:
         result = _torch_devices[device.index] = torch.device("turbine", device.index)
     return result
 
-
-from turbine.eager import backward_errors, dispatch, formatting  # noqa: E402  (they need DeviceTensor defined)

@@ -23,13 +23,13 @@ def to_device(tensor: torch.Tensor, device: Device, requires_grad: bool = False)
     return result
 
 
-def to_host(tensor: DeviceTensor) -> torch.Tensor:
-    """Copy a DeviceTensor's values to a new contiguous CPU tensor (waits for pending work)."""
-    from turbine.eager.views import dense
+def download_dense(tensor: DeviceTensor) -> torch.Tensor:
+    """Copy a dense DeviceTensor's values to a new contiguous CPU tensor (waits for pending work).
 
-    source = dense(tensor)
-    nbytes = source.numel() * source.element_size()
-    raw = torch.from_numpy(download(source._storage.buffer, nbytes))
+    Other views are gathered on the device first: ``views.to_host`` does both.
+    """
+    nbytes = tensor.numel() * tensor.element_size()
+    raw = torch.from_numpy(download(tensor._storage.buffer, nbytes))
     if nbytes and raw.stride(0) != 1:  # a buffer IREE filled with one repeated byte can map as stride 0
         raw = raw.contiguous()
     return raw.view(tensor.dtype).reshape(tensor.shape) if nbytes else torch.empty(tensor.shape, dtype=tensor.dtype)

@@ -10,14 +10,12 @@ crashes IREE 3.13's compiler), so no index data crosses from the host.
 from __future__ import annotations
 
 import torch
-import iree.runtime as rt
 
 from turbine.eager.dtypes import ELEMENT_TYPES, STORAGE_ONLY
-from turbine.eager.factories import empty
-from turbine.eager.launch import launch
 from turbine.eager.lowering import lower
-from turbine.eager.tensor import DeviceTensor, wrap
-from turbine.eager.transfer import to_device, to_host
+from turbine.eager.tensor import DeviceTensor, empty, wrap
+from turbine.eager.transfer import download_dense, to_device
+from turbine.device import BufferView, ready_fence, view_of
 from turbine.kernels_cache import kernel_cache
 
 aten = torch.ops.aten
@@ -41,12 +39,18 @@ def _flat_index(sizes: tuple[int, ...], strides: tuple[int, ...], offset: int) -
 
 def _storage_on_host(storage) -> torch.Tensor:
     """A host copy of a whole storage, as a flat tensor."""
-    return to_host(DeviceTensor(storage, (storage.numel,)))
+    return download_dense(DeviceTensor(storage, (storage.numel,)))
 
 
-def _flat_view(tensor: DeviceTensor) -> rt.HalBufferView:
+def to_host(tensor: DeviceTensor) -> torch.Tensor:
+    """Copy a DeviceTensor's values to a new contiguous CPU tensor (waits for pending work); a
+    view that is not its whole storage is gathered on the device first, so only its elements cross."""
+    return download_dense(dense(tensor))
+
+
+def _flat_view(tensor: DeviceTensor) -> BufferView:
     storage = tensor._storage
-    return rt.HalBufferView(storage.buffer.hal, [storage.numel], ELEMENT_TYPES[storage.dtype])
+    return view_of(storage.buffer, [storage.numel], ELEMENT_TYPES[storage.dtype])
 
 
 def _geometry(tensor: DeviceTensor) -> tuple:
@@ -73,7 +77,7 @@ def dense(tensor: DeviceTensor) -> DeviceTensor:
         lambda: lower(gather, [((numel,), storage.dtype)]),
         f"gather of a view {sizes} strides {strides} offset {offset}",
     )
-    ((buffer, view),) = launch(kernel, storage.device, [_flat_view(tensor)], [storage.buffer])
+    ((buffer, view),) = kernel.launch([_flat_view(tensor)], ready_fence([storage.buffer]))
     return wrap(buffer, tensor.dtype, sizes, view)
 
 
@@ -107,4 +111,4 @@ def write(target: DeviceTensor, values: DeviceTensor) -> None:
         f"write into a view {sizes} strides {strides} offset {offset}",
     )
     inputs = [_flat_view(target), values.buffer_view()]
-    ((storage.buffer, _),) = launch(kernel, storage.device, inputs, [storage.buffer, values._storage.buffer])
+    ((storage.buffer, _),) = kernel.launch(inputs, ready_fence([storage.buffer, values._storage.buffer]))

@@ -7,7 +7,8 @@ from typing import Callable
 
 import iree.runtime as rt
 
-from turbine.device import Device
+from turbine.counters import counters
+from turbine.device import Buffer, Device
 
 
 class LoadedModule:
@@ -98,6 +99,17 @@ class Kernel:
             if self.on_probe is not None:
                 self.on_probe(self.tied)
         return results, ready
+
+    def launch(self, views: list[rt.HalBufferView], wait: rt.HalFence) -> list[tuple[Buffer, rt.HalBufferView]]:
+        """Enqueue the kernel on ``views`` after ``wait``, with a fresh signal fence; no host wait.
+
+        Returns each result as a Buffer (ready when the kernel is done) with its buffer view.
+        """
+        device = self.device
+        results, ready = self.invoke(views, wait, device.new_fence())
+        counters.dispatches += 1
+        outputs = [results.get_as_object(index, rt.HalBufferView) for index in range(results.size)]
+        return [(Buffer(device, view.get_buffer(), ready, view.byte_length), view) for view in outputs]
 
     def _call(self, inputs: list[rt.HalBufferView], wait: rt.HalFence, signal: rt.HalFence) -> rt.VmVariantList:
         """One call of the entry point: the inputs, then the wait and signal fences (on a device
