@@ -117,7 +117,7 @@ def test_an_error_inside_backward_reaches_the_caller(call):
 
 
 def test_leaky_relu_gradient():
-    """IREE 3.13 miscompiles leaky_relu_backward as one op (lowering.CORRECTIONS)."""
+    """IREE 3.13 miscompiles leaky_relu_backward as one op (ops/corrections.py)."""
     x = torch.randn(6, 5, requires_grad=True)
     upstream = torch.randn(6, 5)
     (expected,) = torch.autograd.grad(torch.nn.functional.leaky_relu(x, 0.2), x, upstream)

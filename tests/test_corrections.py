@@ -1,5 +1,5 @@
-"""Ops IREE 3.13 gets wrong or cannot take as they are, which turbine corrects (eager/lowering.py,
-dispatch.py): each compared with torch on the CPU. All were found by the OpInfo run."""
+"""Ops IREE 3.13 gets wrong or cannot take as they are, which turbine corrects (the op registry:
+eager/ops/corrections.py and friends): each compared with torch on the CPU. All were found by the OpInfo run."""
 
 
 import pytest

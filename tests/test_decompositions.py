@@ -1,5 +1,5 @@
 """turbine's own decompositions (eager/decompositions.py) and the torch ones it adds
-(eager/lowering.py): each op runs as an IREE kernel, with no fallback, and matches torch on
+(declared in the op registry): each op runs as an IREE kernel, with no fallback, and matches torch on
 the CPU, special values included."""
 
 import math

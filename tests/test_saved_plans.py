@@ -14,7 +14,7 @@ import torch
 import turbine
 from conftest import cache_warnings, damage, forget_memory
 from turbine.config import override
-from turbine.eager import dispatch, saved_plans
+from turbine.eager import dispatch, planning, saved_plans
 from turbine.kernels_cache import cache as cache_module
 
 
@@ -52,7 +52,7 @@ def no_meta_calls(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("a saved plan was built again")
 
-    monkeypatch.setattr(dispatch, "_meta_call", refuse)
+    monkeypatch.setattr(planning, "meta_call", refuse)
 
 
 def test_saved_plans_replace_building_them(fresh_cache, stats, monkeypatch):

@@ -76,5 +76,5 @@ def _compare(func, result, expected, cpu_args, cpu_kwargs, device_args, device_k
     results = [r for r in torch.utils._pytree.tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
     expected_results = [r for r in torch.utils._pytree.tree_flatten(expected)[0] if isinstance(r, torch.Tensor)]
     for actual, wanted in zip(results, expected_results):
-        if wanted.numel() and actual.shape == wanted.shape:  # eval batch norm's saved statistics: see batch_norm.py
+        if wanted.numel() and actual.shape == wanted.shape:  # eval batch norm's saved statistics: see eager/ops/normalization.py
             torch.testing.assert_close(actual.cpu(), wanted, equal_nan=True)

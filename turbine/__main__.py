@@ -1,6 +1,6 @@
 """``python -m turbine``: ``demo`` runs the README example; ``info`` prints versions, devices and the
 kernel cache; ``cache info|list|clear`` looks after the on-disk kernel cache; ``coverage`` runs the
-OpInfo operator coverage suite and writes its report."""
+OpInfo operator coverage suite and writes its report; ``explain <op>`` says what turbine does with an op and why."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import torch
 
 import turbine
 from turbine.config import config
+from turbine.eager.explain import explain, resolve
 from turbine.kernels_cache import DiskStore, compiler_version
 
 
@@ -116,6 +117,16 @@ def coverage(argv: list[str]) -> int:
     return opinfo_coverage.main(argv)
 
 
+def explain_ops(names: list[str]) -> int:
+    for name in names:
+        try:
+            print(explain(resolve(name)))
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["coverage"]:
@@ -130,12 +141,16 @@ def main(argv: list[str] | None = None) -> int:
     cache_parser.add_argument("--op", help="list: only entries whose op contains this text (e.g. aten.mm)")
     cache_parser.add_argument("--failed", action="store_true", help="clear: only the failed (negative) entries")
     cache_parser.add_argument("--dir", help="the cache directory (default: TURBINE_CACHE_DIR or the user cache dir)")
+    explain_parser = commands.add_parser("explain", help="what turbine does with an op and why (e.g. aten.sort.default)")
+    explain_parser.add_argument("ops", nargs="+", help="aten overloads: aten.sort.default, aten.add.Tensor, sort.stable")
     commands.add_parser("coverage", help="run the OpInfo operator coverage suite (see: coverage --help)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo(args.device)
     if args.command == "cache":
         return cache(args)
+    if args.command == "explain":
+        return explain_ops(args.ops)
     return info()
 
 

@@ -33,7 +33,6 @@ from turbine.eager import fallback
 from turbine.eager.signature import rebuild
 from turbine.eager.tensor import DeviceTensor, Storage
 from turbine.eager.views import dense
-from turbine.errors import CompileError, UnsupportedOpError
 
 #: Launches waiting on any device (the hot path reads this one number).
 backlog = 0
@@ -52,26 +51,6 @@ def enabled() -> bool:
 def waiting(device: Device) -> bool:
     """Whether launches wait on ``device``."""
     return bool(_queues.get(device.index))
-
-
-def kernel_of(plan: Any) -> None:
-    """Wait for a plan's kernel to compile; a failed compile becomes the plan's ``failure``.
-
-    A compile that was stopped (Ctrl-C in a compile thread) makes the plan forget itself, so the
-    next call of the op starts over, as it would after an interrupted compile on this thread.
-    """
-    compiling = plan.compiling
-    if compiling is None:
-        return
-    try:
-        plan.kernel = compiling.result()
-    except (CompileError, UnsupportedOpError) as reason:
-        plan.failure = reason
-    except BaseException:
-        if compiling.done():
-            plan.forget()
-        raise
-    plan.compiling = None
 
 
 class _Launch:
@@ -122,7 +101,7 @@ class _Launch:
                 self.fail(tensor._storage.buffer.error)
                 return
         plan = self.plan
-        kernel_of(plan)
+        plan.await_kernel()
         if plan.failure is not None:
             args, kwargs = self.call
             result = fallback.run(plan.func, tuple(args), kwargs, plan.failure)

@@ -1,7 +1,7 @@
 """Plans kept on disk, so that a new process takes them instead of building them again.
 
 Why: a warm process that finds every kernel in the kernel cache still builds a plan for each op
-key it meets (eager/dispatch.py): view and in-place plans run the op on meta tensors (``add_``'s
+key it meets (eager/dispatch.py, eager/planning.py): view and in-place plans run the op on meta tensors (``add_``'s
 meta call alone costs about 100 us), kernel plans work out their signature and the dtypes of
 their runtime scalars. The benchmark's five SGD steps build 69 plans: 3-4 ms that a process which
 has run them does not pay, the larger part of what a warm start cost over a warm run.
@@ -40,7 +40,7 @@ from turbine.kernels_cache import LOWERING_VERSION, DiskStore, kernel_cache, tar
 
 log = logging.getLogger("turbine")
 
-#: Bump by hand when a plan's record changes meaning (dispatch.py's ``record`` methods).
+#: Bump by hand when a plan's record changes meaning (the plans' ``record`` methods: eager/plans.py, eager/kernel_plan.py).
 PLAN_VERSION = 2
 
 #: A file keeps the plans of the MAX_OPS ops written last, at most MAX_PER_OP plans each (the
@@ -76,7 +76,7 @@ def take(key: tuple, device: Device) -> tuple | None:
 
 
 def built() -> None:
-    """Note that a plan was built here (dispatch.py), so that the exit writes this process's plans."""
+    """Note that a plan was built here (eager/dispatch.py), so that the exit writes this process's plans."""
     global _built
     _built = True
 

@@ -8,12 +8,11 @@ tests/test_decompositions.py compare them with torch.
 
 The special functions use textbook methods (series, recurrences, continued fractions,
 asymptotic expansions, Newton's and Halley's methods) rather than torch's fitted
-coefficients. ``TABLE`` maps each aten overload to its function; importing this package fills it.
+coefficients. Each is declared in the op registry (eager/registry.py) when this package is imported.
 """
 
 from turbine.eager.decompositions import bessel, bits, chebyshev, convolution, distances, erf, gamma, histogram, linalg, normalization, order, pooling, scans, scatter, trigonometric
-from turbine.eager.decompositions._common import TABLE
 from turbine.eager.decompositions.pooling import adaptive_max_pool_nd
 from turbine.eager.decompositions.scans import logcumsumexp
 
-__all__ = ["TABLE", "adaptive_max_pool_nd", "logcumsumexp", "bessel", "bits", "chebyshev", "convolution", "distances", "erf", "gamma", "histogram", "linalg", "normalization", "order", "pooling", "scans", "scatter", "trigonometric"]
+__all__ = ["adaptive_max_pool_nd", "logcumsumexp", "bessel", "bits", "chebyshev", "convolution", "distances", "erf", "gamma", "histogram", "linalg", "normalization", "order", "pooling", "scans", "scatter", "trigonometric"]

@@ -1,4 +1,4 @@
-"""Helpers shared by turbine's decompositions: the registry and dtype rules."""
+"""Helpers shared by turbine's decompositions: declaring them in the op registry, and dtype rules."""
 
 from __future__ import annotations
 
@@ -6,16 +6,17 @@ from typing import Callable
 
 import torch
 
-#: aten overload -> the function traced in its place.
-TABLE: dict[torch._ops.OpOverload, Callable] = {}
-
+from turbine.eager.registry import declare
 
 def registers(*ops: torch._ops.OpOverload) -> Callable[[Callable], Callable]:
-    """Decorator: trace ``fn`` in place of each of ``ops`` when IREE cannot compile them."""
+    """Decorator: declare ``fn`` (its docstring's first line says why) the decomposition of each
+    of ``ops`` in the op registry, traced when IREE cannot compile them as they are."""
 
     def register(fn: Callable) -> Callable:
-        for op in ops:
-            TABLE[op] = fn
+        source = getattr(fn, "__wrapped__", fn)
+        source = getattr(source, "func", source)  # a functools.partial: its function
+        why = (source.__doc__ or "").strip().splitlines()[:1]
+        declare(list(ops), f"turbine's own, written with ops IREE compiles{': ' + why[0] if why else ''}", decomposition=fn)
         return fn
 
     return register
@@ -42,4 +43,5 @@ def in_float64(function: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[to
     def op(x: torch.Tensor) -> torch.Tensor:
         return function(as_float64(x)).to(result_dtype(x))
 
+    op.__wrapped__ = function
     return op

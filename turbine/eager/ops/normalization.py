@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from turbine.eager.registry import declare
 from turbine.eager.tensor import empty
 
 aten = torch.ops.aten
@@ -71,3 +72,21 @@ def _require_statistics(running_mean: Any, running_var: Any) -> None:
 def _reserve(input: torch.Tensor) -> torch.Tensor:
     """The empty ``reserve`` result of the ``_batch_norm_*_update`` ops (cuDNN's workspace elsewhere)."""
     return empty((0,), torch.uint8, input._storage.device)
+
+
+declare(
+    aten.native_batch_norm.default,
+    "its schema hides that it writes the running statistics: routed by mode to the _native_batch_norm_legit "
+    "overloads whose schemas say what they write",
+    handler=native_batch_norm,
+)
+declare(
+    aten._batch_norm_with_update.default,
+    "training: _native_batch_norm_legit, which writes the running statistics; the reserve result is empty",
+    handler=batch_norm_with_update,
+)
+declare(
+    aten._batch_norm_no_update.default,
+    "evaluation with running statistics, or training without: the _native_batch_norm_legit overloads",
+    handler=batch_norm_no_update,
+)

@@ -1,0 +1,59 @@
+"""The op registry (eager/registry.py): one entry per op, read by dispatch, and explained."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from turbine.__main__ import main
+from turbine.eager import dispatch, registry
+from turbine.eager.explain import explain, resolve
+
+aten = torch.ops.aten
+
+
+def test_every_declared_handler_is_the_route_its_op_takes():
+    handled = [op for op, entry in registry.entries().items() if entry.handler is not None]
+    assert aten._to_copy.default in handled and aten.bernoulli_.float in handled
+    for op in handled:
+        assert dispatch.route_name(op).startswith("handler"), op
+
+
+def test_an_op_declared_twice_for_one_part_is_refused():
+    with pytest.raises(ValueError, match="two corrections"):
+        registry.declare(aten.sort.default, "a second correction", correction=lambda x: x)
+    with pytest.raises(ValueError, match="unknown op trait"):
+        registry.declare(aten.sort.default, "a typo", traits=["fast"])
+
+
+def test_decompositions_come_from_torch_and_turbine_s_own_win():
+    table = registry.decompositions()
+    assert table[aten.hardswish.default] is torch._decomp.core_aten_decompositions()[aten.hardswish.default]
+    own = registry.entry(aten.special_bessel_j0.default).decomposition
+    assert own is not None and table[aten.special_bessel_j0.default] is own
+
+
+def test_the_generic_way_reads_corrections_traits_and_foreground_compiles_from_the_registry():
+    assert registry.correction(aten.pow.Tensor_Tensor) is not None
+    assert registry.correction(aten.add.Tensor) is None
+    assert registry.has_trait(aten.mm.default, "native_precision") and not registry.has_trait(aten.addmm.default, "native_precision")
+    assert registry.has_trait(aten.clone.default, "same_elements")
+    assert registry.compiles_in_foreground(aten._embedding_bag.default)
+
+
+def test_explain_says_what_happens_to_an_op_and_why():
+    sort = explain(resolve("aten.sort.default"))
+    assert "correction" in sort and "NaNs" in sort and "IREE kernel" in sort
+    in_place = explain(resolve("add_.Tensor"))
+    assert "runs aten.add.Tensor and writes the results" in in_place and "alpha" in in_place
+    assert "not in the op registry" in in_place
+    random = explain(resolve("aten.bernoulli_.float"))
+    assert "handler" in random and "seed" in random
+    assert "composite" in explain(resolve("aten.linear"))
+
+
+def test_the_explain_command_names_a_bad_op_and_the_way_out(capsys):
+    assert main(["explain", "aten.topk.default"]) == 0
+    assert "integer key" in capsys.readouterr().out
+    assert main(["explain", "aten.no_such_op"]) == 2
+    assert "name an aten overload" in capsys.readouterr().err

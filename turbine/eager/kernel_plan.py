@@ -1,0 +1,126 @@
+"""The kernel plan: an op call run as one compiled IREE kernel, enqueued with fences.
+
+Dense inputs, runtime scalars as 0-d buffers, fresh dense outputs. While its kernel compiles in
+the background, calls queue their launches on the device (eager/deferred.py), which takes the
+kernel through ``await_kernel`` when it runs them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from turbine.device import Device, join
+from turbine.eager import deferred, fallback
+from turbine.eager.plans import STRUCTURES
+from turbine.eager.scalars import scalar_view
+from turbine.eager.schema import schema_of
+from turbine.eager.signature import Leaves
+from turbine.eager.tensor import DenseLayout, torch_device
+from turbine.eager.views import dense
+from turbine.errors import CompileError, UnsupportedOpError
+from turbine.kernels_cache import CompilingKernel, Kernel, kernel_cache
+
+
+class KernelPlan:
+    """One compiled kernel: dense inputs, runtime scalars as 0-d buffers, fresh dense outputs.
+
+    ``kernel`` may still be compiling (``compiling`` is its CompilingKernel): calls until then queue
+    their launches (eager/deferred.py). Should the compile fail, ``failure`` says why and calls
+    go to the fallback policy.
+    """
+
+    def __init__(
+        self,
+        func: Any,
+        device: Device,
+        kernel: Kernel | CompilingKernel,
+        signature: tuple,
+        scalar_dtypes: list,
+        layouts: tuple,
+        kind: str,
+    ) -> None:
+        self.func = func
+        self.schema = schema_of(func)
+        self.device = device
+        self.compiling = kernel if isinstance(kernel, CompilingKernel) else None
+        self.kernel = None if self.compiling else kernel
+        self.failure: Exception | None = None
+        #: Drops the plan from the plan cache (set by whoever stores it): see await_kernel.
+        self.forget: Callable[[], None] = lambda: None
+        self.signature = signature
+        self.scalar_dtypes = scalar_dtypes
+        self.layouts = layouts  # (shape, dtype), or None, per output
+        self.outputs = [None if layout is None else DenseLayout(*layout) for layout in layouts]
+        self.torch_device = torch_device(device)
+        self.kind = kind
+        self.structure = STRUCTURES[kind]
+
+    def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        if self.kernel is None or deferred.backlog:  # compiling, failed, or launches wait
+            deferred.advance(self.device)
+            if self._must_queue():
+                return self._queue(leaves, args, kwargs)
+            if self.failure is not None:
+                return fallback.run(self.func, args, kwargs, self.failure)
+        views = []
+        waits = []
+        for tensor in leaves.tensors:
+            if not tensor._dense:
+                tensor = dense(tensor)
+            views.append(tensor.buffer_view())
+            ready = tensor._storage.buffer.ready
+            if ready is not None:
+                waits.append(ready)
+        if leaves.scalars:
+            views += self._scalar_views(leaves)
+        results = iter(self.kernel.launch(views, join(waits)))
+        torch_device = self.torch_device
+        return self.structure([None if layout is None else layout.make(*next(results), torch_device) for layout in self.outputs])
+
+    def await_kernel(self) -> None:
+        """Wait for the kernel to compile; a failed compile becomes the plan's ``failure``.
+
+        A compile that was stopped (Ctrl-C in a compile thread) makes the plan forget itself, so
+        the next call of the op starts over, as it would after an interrupted compile on this thread.
+        """
+        compiling = self.compiling
+        if compiling is None:
+            return
+        try:
+            self.kernel = compiling.result()
+        except (CompileError, UnsupportedOpError) as reason:
+            self.failure = reason
+        except BaseException:
+            if compiling.done():
+                self.forget()
+            raise
+        self.compiling = None
+
+    def _must_queue(self) -> bool:
+        """Whether this call's launch waits: its kernel is compiling, or launches wait before it.
+
+        Takes the kernel once its compile has finished, or waits for it inside a queued launch
+        (a fallback's ops run then and must not queue behind later launches).
+        """
+        if self.compiling is not None and (deferred.draining or self.compiling.done()):
+            self.await_kernel()
+        if self.failure is not None or deferred.draining:
+            return False
+        return self.compiling is not None or deferred.waiting(self.device)
+
+    def _queue(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        """Queue the launch; the results are tensors over its pending buffers."""
+        pending = deferred.defer(self, leaves, args, kwargs, self._scalar_views(leaves))
+        torch_device = self.torch_device
+        return self.structure([None if layout is None else layout.make(buffer, None, torch_device) for layout, buffer in zip(self.outputs, pending)])
+
+    def _scalar_views(self, leaves: Leaves) -> list:
+        return [scalar_view(self.device, value, dtype) for value, dtype in zip(leaves.scalars, self.scalar_dtypes)]
+
+    def record(self) -> tuple | None:
+        """None until the kernel has compiled, and for a kernel that failed: no later process
+        should take such a plan without trying the kernel cache itself."""
+        if self.kernel is None or self.failure is not None:
+            return None
+        digest = kernel_cache.digest(self.signature, self.device)
+        return ("kernel", self.signature, digest, tuple(self.scalar_dtypes), self.layouts, self.kind)

@@ -1,0 +1,66 @@
+"""Checking an op call on meta tensors: torch's shape rules, and torch's own error messages.
+
+Every plan starts here (eager/planning.py): the meta call gives the results' shapes and dtypes
+and raises what torch raises for a bad call, worded as torch's CPU kernel words it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from turbine.eager.schema import OpSchema
+from turbine.eager.signature import rebuild
+from turbine.eager.tensor import DeviceTensor
+from turbine.eager.views import meta_like
+from turbine.errors import UnsupportedOpError
+
+
+def off_device(value: Any, replacement: str) -> Any:
+    """Replace turbine torch.device arguments: traces and meta runs happen off the device."""
+    if isinstance(value, torch.device) and value.type == "turbine":
+        return torch.device(replacement)
+    return value
+
+
+def meta_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Any:
+    """The op on meta tensors of its arguments' geometry: torch's shape rule and its checks,
+    with torch's CPU error message for a call torch rejects."""
+    meta_args, meta_kwargs = rebuild(schema, args, kwargs, meta_like, lambda value: value)
+    meta_kwargs = {name: off_device(value, "meta") for name, value in meta_kwargs.items()}
+    try:
+        with warnings.catch_warnings():
+            # resize_out warns on every call that resizes; the meta run happens once per plan.
+            warnings.filterwarnings("ignore", "An output with one or more elements was resized")
+            return func(*meta_args, **meta_kwargs)
+    except NotImplementedError as error:
+        raise UnsupportedOpError(
+            f"{func} has no shape rule in torch (its output shape may depend on the data)"
+        ) from error
+    except Exception as error:
+        if "data-dependent" in str(error) or type(error).__name__ == "DynamicOutputShapeException":
+            raise UnsupportedOpError(f"{func} has an output shape that depends on the data") from error
+        raise_as_torch_cpu(func, schema, args, kwargs)
+        # torch's CPU kernel takes the call: only the meta rule cannot (it reads values, say).
+        raise UnsupportedOpError(f"{func} has no shape rule turbine can use ({error})") from error
+
+
+def raise_as_torch_cpu(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> None:
+    """Re-raise a rejected call with torch's CPU wording (meta kernels word some checks differently).
+
+    Runs the call on zero-filled CPU stand-ins of the same shapes; returns if the CPU accepts it.
+    """
+
+    def stand_in(tensor: DeviceTensor) -> torch.Tensor:
+        return torch.zeros(tensor._storage.numel, dtype=tensor.dtype).as_strided(
+            tensor.shape, tensor.stride(), tensor.storage_offset()
+        )
+
+    cpu_args, cpu_kwargs = rebuild(schema, args, kwargs, stand_in, lambda value: value)
+    cpu_kwargs = {name: off_device(value, "cpu") for name, value in cpu_kwargs.items()}
+    try:
+        func(*cpu_args, **cpu_kwargs)
+    except Exception as cpu_error:
+        raise cpu_error.with_traceback(None) from None

@@ -1,0 +1,167 @@
+"""Corrections: ops whose IREE 3.13 lowering gives wrong values, traced as equivalents instead.
+
+Most were found by the OpInfo run (tests/opinfo); each declaration says what went wrong. Also here:
+the decompositions turbine adds to torch's for ops that torch's own decompositions emit.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from turbine.eager import decompositions
+from turbine.eager.registry import declare
+
+_aten = torch.ops.aten
+
+
+def _squeeze_dims(tensor: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    """``squeeze.dims`` as a reshape: IREE 3.13 does not know the op, which decompositions emit."""
+    dims = {d % max(tensor.dim(), 1) for d in dims}
+    shape = [size for d, size in enumerate(tensor.shape) if not (d in dims and size == 1)]
+    return torch.ops.aten.reshape.default(tensor, shape)
+
+
+def _pow_tensor_tensor(base: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
+    """``pow`` with a tensor exponent, right for negative bases.
+
+    IREE computes it as exp(log(base) * exponent): a negative base gave NaN even for an integral
+    exponent, where torch gives (-2) ** 2 == 4. The magnitude comes from |base| and the sign
+    from the exponent's parity; non-integral powers of negative numbers stay NaN as in torch.
+    """
+    aten = torch.ops.aten
+    result = aten.pow.Tensor_Tensor(base, exponent)
+    if not result.dtype.is_floating_point:
+        return result
+    base, exponent = base.to(result.dtype), exponent.to(result.dtype)
+    magnitude = aten.pow.Tensor_Tensor(base.abs(), exponent)
+    integral = exponent == exponent.floor()
+    odd = aten.remainder.Scalar(exponent, 2) == 1
+    negative = torch.where(integral, torch.where(odd, -magnitude, magnitude), torch.full_like(magnitude, float("nan")))
+    return torch.where(base < 0, negative, magnitude)
+
+
+def _select_scatter(input: torch.Tensor, src: torch.Tensor, dim: int, index: int) -> torch.Tensor:
+    """``select_scatter`` with a non-negative index: IREE 3.13 wrote a negative one to the wrong place."""
+    size = input.shape[dim]
+    return torch.ops.aten.select_scatter.default(input, src, dim, index + size if index < 0 else index)
+
+
+def _wrapped_indices(input: torch.Tensor, indices: Sequence) -> list:
+    """Index tensors with negative entries counted from the end, as torch reads them.
+
+    IREE's gather and scatter take indices as they are, so a negative one read (or wrote!) outside
+    the tensor: index_put with negative indices crashed the process.
+    """
+    wrapped = []
+    for dim, index in enumerate(indices):
+        if index is not None and not index.dtype.is_floating_point and index.dtype != torch.bool:
+            index = torch.where(index < 0, index + input.shape[dim], index)
+        wrapped.append(index)
+    return wrapped
+
+
+def _index(input: torch.Tensor, indices: Sequence) -> torch.Tensor:
+    return torch.ops.aten.index.Tensor(input, _wrapped_indices(input, indices))
+
+
+def _index_put(input: torch.Tensor, indices: Sequence, values: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
+    return torch.ops.aten.index_put.default(input, _wrapped_indices(input, indices), values, accumulate)
+
+
+def _nan_propagating(op: torch._ops.OpOverload) -> Callable:
+    """``op`` giving NaN where any tensor argument is NaN, as torch's kernels do.
+
+    IREE 3.13 lowers min/max comparisons as selects that drop a NaN: maximum(nan, 2) gave 2,
+    clamp and hardtanh turned NaN into a bound.
+    """
+
+    def corrected(*args, **kwargs):
+        result = op(*args, **kwargs)
+        if not result.dtype.is_floating_point:
+            return result
+        for value in list(args) + list(kwargs.values()):
+            if isinstance(value, torch.Tensor) and value.dtype.is_floating_point:
+                result = torch.where(torch.isnan(value), value.to(result.dtype), result)
+        return result
+
+    return corrected
+
+
+def _nan_first(op: torch._ops.OpOverload) -> Callable:
+    """``argmax``/``argmin`` that point at the first NaN, as torch's do (IREE's skipped NaNs)."""
+
+    def corrected(input: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
+        found = op(input, dim, keepdim)
+        if not input.dtype.is_floating_point:
+            return found
+        nans = torch.isnan(input).to(torch.int32)
+        first_nan = torch.ops.aten.argmax.default(nans, dim, keepdim)
+        any_nan = torch.ops.aten.amax.default(nans, [] if dim is None else [dim], keepdim) > 0
+        return torch.where(any_nan.reshape(found.shape), first_nan, found)
+
+    return corrected
+
+
+def _decomposed(op: torch._ops.OpOverload) -> Callable:
+    """torch's own decomposition of ``op``."""
+    return torch._decomp.get_decompositions([op])[op]
+
+
+_NAN_DROPPING = (
+    _aten.maximum.default, _aten.minimum.default, _aten.max.other, _aten.min.other,
+    _aten.clamp.default, _aten.clamp.Tensor, _aten.clamp_min.Tensor, _aten.clamp_max.Tensor,
+    _aten.clamp_min.default, _aten.clamp_max.default, _aten.hardtanh.default,
+)
+
+
+def _convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The one ``prims`` op torch's aten-level decompositions emit (upsampling, grid sampling)."""
+    return torch.ops.aten._to_copy.default(x, dtype=dtype)
+
+
+declare(_aten.pow.Tensor_Tensor, "IREE computes it as exp(log(base) * exponent): NaN for negative bases", correction=_pow_tensor_tensor)
+for _op in (_aten.leaky_relu_backward.default, _aten.softshrink.default):
+    declare(_op, "IREE's lowering took the wrong branch for many elements; torch's decomposition is right", correction=_decomposed(_op))
+declare(_aten.select_scatter.default, "IREE 3.13 wrote a negative index to the wrong place", correction=_select_scatter)
+declare(_aten.index.Tensor, "IREE reads negative indices as they are, outside the tensor", correction=_index)
+declare(_aten.index_put.default, "IREE wrote negative indices outside the tensor (a crash)", correction=_index_put)
+declare(_aten.renorm.default, "a negative dim renormed the wrong slices", correction=_decomposed(_aten.renorm.default))
+for _op in _NAN_DROPPING:
+    declare(_op, "IREE lowers min/max comparisons as selects that drop a NaN", correction=_nan_propagating(_op))
+for _op in (_aten.argmax.default, _aten.argmin.default):
+    declare(_op, "IREE's skipped NaNs; torch's point at the first NaN", correction=_nan_first(_op))
+declare(
+    [_aten.adaptive_max_pool2d.default, _aten.adaptive_max_pool3d.default],
+    "IREE's own adaptive max pooling stops at run time unless the sizes divide evenly",
+    correction=decompositions.adaptive_max_pool_nd,
+)
+declare(_aten.logcumsumexp.default, "IREE's gave inf", correction=decompositions.logcumsumexp)
+declare(_aten.tan.default, "IREE's was 3% off near pi/2", correction=decompositions.trigonometric.tan)
+declare(_aten.gelu.default, "IREE's tanh form was 5e-5 off", correction=decompositions.trigonometric.gelu)
+declare(_aten.gelu_backward.default, "so was its gradient", correction=_decomposed(_aten.gelu_backward.default))
+declare(_aten.sort.default, "IREE's sort placed NaNs anywhere; this orders by an integer key, as torch does", correction=decompositions.order.sort)
+declare(_aten.sort.stable, "IREE's sort placed NaNs anywhere; this orders by an integer key, as torch does", correction=decompositions.order.sort_stable)
+declare(_aten.topk.default, "IREE's topk placed NaNs anywhere; this orders by an integer key, as torch does", correction=decompositions.order.topk)
+declare(
+    _aten._native_batch_norm_legit_no_training.default,
+    "torch's decomposition gives eval-mode statistics the CPU kernel's shapes, not its shape rule's",
+    correction=decompositions.normalization.batch_norm_eval,
+)
+declare(
+    _aten.convolution.default,
+    "IREE's strided convolutions ran 8-128x torch's time on the CPU",
+    correction=decompositions.convolution.convolution,
+)
+declare(
+    _aten.convolution_backward.default,
+    "IREE's convolution gradients ran 8-128x torch's time on the CPU",
+    correction=decompositions.convolution.convolution_backward,
+)
+declare(_aten.squeeze.dims, "IREE 3.13 does not know the op, which torch's decompositions emit", decomposition=_squeeze_dims)
+declare(
+    torch.ops.prims.convert_element_type.default,
+    "the one prims op torch's aten-level decompositions emit (upsampling, grid sampling)",
+    decomposition=_convert_element_type,
+)

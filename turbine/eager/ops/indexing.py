@@ -1,0 +1,62 @@
+"""Indexing and concatenation: host index tensors, boolean masks, and empty inputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from turbine.eager import fallback, masked
+from turbine.eager.meta import meta_call
+from turbine.eager.registry import Continue, declare
+from turbine.eager.schema import schema_of
+from turbine.eager.tensor import DeviceTensor
+from turbine.eager.transfer import to_device
+from turbine.errors import UnsupportedOpError
+
+aten = torch.ops.aten
+
+
+def _index(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Indexing accepts CPU index tensors (as on CUDA): they are uploaded to the indexed device."""
+    device = args[0]._storage.device if isinstance(args[0], DeviceTensor) else None
+    indices = args[1]
+    if device is not None and any(type(i) is torch.Tensor and i.dim() > 0 for i in indices):
+        indices = [to_device(i, device) if type(i) is torch.Tensor and i.dim() > 0 else i for i in indices]
+        args = (args[0], indices) + tuple(args[2:])
+    if func is not aten.index.Tensor and any(masked.is_mask(i) for i in indices):
+        result = masked.as_select(func, args, kwargs)
+        if result is not None:
+            return result
+        reason = UnsupportedOpError(f"{func} with a boolean mask crashes IREE 3.13's kernel")
+        return fallback.run(func, args, kwargs, reason)
+    return Continue(args, kwargs)
+
+
+def _cat(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``cat`` leaving out inputs with no elements: torch skips 1-D empty ones (a key-value cache
+    before its first token) and the others add nothing, and IREE is not to be trusted with empty
+    tensors (eager/planning.py). torch's shape rule still checks the whole call."""
+    tensors = args[0]
+    kept = [t for t in tensors if t.numel() != 0]
+    if len(kept) == len(tensors) or not kept:
+        return Continue(args, kwargs)
+    meta = meta_call(func, schema_of(func), args, kwargs)
+    result = func(kept, *args[1:], **kwargs) if len(kept) > 1 else aten.clone.default(kept[0])
+    if result.dtype != meta.dtype:
+        result = aten._to_copy.default(result, dtype=meta.dtype)
+    return result
+
+
+declare(aten.index.Tensor, "CPU index tensors are uploaded to the indexed device, as CUDA accepts them", handler=_index)
+declare(
+    [aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default],
+    "CPU index tensors are uploaded; a boolean mask writing one value is a select (eager/masked.py)",
+    handler=_index,
+)
+declare(
+    [aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default],
+    "a boolean mask writing more than one value: IREE 3.13's kernel crashed the process",
+    fallback=True,
+)
+declare(aten.cat.default, "inputs with no elements are left out: IREE is not to be trusted with empty tensors", handler=_cat)

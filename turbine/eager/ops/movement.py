@@ -1,0 +1,69 @@
+"""Ops that move data between devices or to the host: declared with handlers, not kernels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from turbine.device import by_index
+from turbine.eager.registry import Continue, declare
+from turbine.eager.tensor import DeviceTensor
+from turbine.eager.transfer import to_device
+from turbine.eager.views import to_host, write
+
+aten = torch.ops.aten
+
+
+def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
+    source = args[0]
+    target = kwargs.get("device")
+    dtype = kwargs.get("dtype") or source.dtype
+    if target is None or (target.type == "turbine" and target.index == source._storage.device.index):
+        return Continue(args, {k: v for k, v in kwargs.items() if k != "device"})
+    host_copy = to_host(source).to(dtype)
+    if target.type == "cpu":
+        return host_copy
+    if target.type == "turbine":
+        return to_device(host_copy, by_index(target.index))
+    raise RuntimeError(f"turbine cannot copy a tensor to {target}; copy it to the CPU first (.cpu())")
+
+
+def _copy_(func: Any, args: tuple, kwargs: dict) -> Any:
+    destination, source = args[0], args[1]
+    if not isinstance(destination, DeviceTensor):
+        return destination.copy_(to_host(source))
+    device = destination._storage.device
+    if not isinstance(source, DeviceTensor):
+        # Host data: cast and broadcast on the host, upload once, write in place.
+        values = torch.as_tensor(source).to(destination.dtype).expand(destination.shape)
+        write(destination, to_device(values, device))
+        return destination
+    if source._storage.device is not device:
+        source = to_device(to_host(source), device)
+    return Continue((destination, source) + tuple(args[2:]), kwargs)
+
+
+def _item(func: Any, args: tuple, kwargs: dict) -> Any:
+    return to_host(args[0]).item()
+
+
+def _equal(func: Any, args: tuple, kwargs: dict) -> bool:
+    """``torch.equal``: same sizes and values (NaN unequal), decided on the device; the host
+    reads one bool, as torch's own CUDA kernel does."""
+    a, b = args
+    if a.shape != b.shape:
+        return False
+    return bool(to_host(aten.all.default(aten.eq.Tensor(a, b))).item())
+
+
+def _allclose(func: Any, args: tuple, kwargs: dict) -> bool:
+    """``torch.allclose`` as isclose(...).all() on the device; the host reads one bool."""
+    return bool(to_host(aten.all.default(aten.isclose.default(*args, **kwargs))).item())
+
+
+declare(aten._to_copy.default, "a copy to another device crosses through the host; on its own device it is a kernel", handler=_to_copy)
+declare(aten.copy_.default, "host values are uploaded once, values of another turbine device cross through the host", handler=_copy_)
+declare(aten._local_scalar_dense.default, "`.item()` reads one value on the host", handler=_item)
+declare(aten.equal.default, "decided on the device; the host reads one bool", handler=_equal)
+declare(aten.allclose.default, "isclose(...).all() on the device; the host reads one bool", handler=_allclose)

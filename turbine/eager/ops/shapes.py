@@ -1,0 +1,92 @@
+"""Ops that change a tensor's shape or storage in place, allocate, or copy without a kernel."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from turbine.eager.meta import meta_call
+from turbine.eager.registry import declare
+from turbine.eager.schema import functional_variant, schema_of
+from turbine.eager.signature import walk
+from turbine.eager.tensor import DeviceTensor, empty
+from turbine.eager.transfer import to_device
+from turbine.eager.views import to_host, write
+
+aten = torch.ops.aten
+
+
+def _restride(func: Any, args: tuple, kwargs: dict) -> Any:
+    """In-place ops that change a tensor's shape (``squeeze_``, ``t_``, ``transpose_``, ...):
+    the tensor becomes the view its out-of-place twin gives."""
+    target = args[0]
+    target._become(functional_variant(func)(*args, **kwargs))
+    return target
+
+
+def _resize(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``resize_``: contiguous over the same storage when it fits, else over a larger storage that
+    starts with the old one's elements (torch keeps them too)."""
+    target, sizes = args[0], tuple(args[1])
+    numel = math.prod(sizes)
+    storage = target._storage
+    offset = target.storage_offset()
+    if offset + numel > storage.numel:
+        grown = empty((offset + numel,), target.dtype, storage.device)
+        if storage.numel:
+            old = to_host(DeviceTensor(storage, (storage.numel,)))
+            write(grown[: storage.numel], to_device(old, storage.device))
+        storage = grown._storage
+    target._become(DeviceTensor(storage, sizes, None, offset))
+    return target
+
+
+def _empty(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Uninitialised tensors: a fresh buffer, no kernel."""
+    schema = schema_of(func)
+    leaves = walk(func, schema, args, kwargs)
+    meta = meta_call(func, schema, args, kwargs)
+    return empty(tuple(meta.shape), meta.dtype, leaves.device)
+
+
+def _lazy_view_as_copy(func: Any, args: tuple, kwargs: dict) -> Any:
+    """torch's lazy conjugate and negative views (``x.conj()`` of a complex tensor) as copies.
+
+    A turbine tensor has no conjugate or negative bit, so such a view holds the values it shows;
+    it does not alias its base, which no turbine op needs, but a view made that way would silently
+    drop the conjugation.
+    """
+    physical = aten.conj_physical.default if func is aten._conj.default else aten.neg.default
+    return physical(*args, **kwargs)
+
+
+declare(aten.resize_.default, "the tensor takes a contiguous geometry over its storage, grown when too small", handler=_resize)
+declare(
+    ["squeeze_.default", "squeeze_.dim", "squeeze_.dims", "unsqueeze_.default", "t_.default", "transpose_.default",
+     "as_strided_.default"],
+    "an in-place shape change: the tensor becomes the view its out-of-place twin gives",
+    handler=_restride,
+)
+declare(
+    ["empty_like.default", "new_empty.default", "new_empty_strided.default", "empty.memory_format"],
+    "uninitialised: a fresh buffer, no kernel",
+    handler=_empty,
+)
+declare(
+    [aten._conj.default, aten._neg_view.default],
+    "turbine tensors have no conjugate or negative bit: the lazy view is made as a copy",
+    handler=_lazy_view_as_copy,
+)
+declare(
+    [aten._unsafe_view.default, aten.clone.default, aten.view_copy.default, aten._reshape_copy.default,
+     aten.alias_copy.default, aten.detach_copy.default, aten.lift_fresh_copy.default],
+    "buffers are never written once made, so sharing the input's is as good as a copy",
+    traits=["same_elements"],
+)
+declare(
+    [aten.new_zeros, aten.new_ones, aten.new_full, aten.zeros_like, aten.ones_like, aten.full_like],
+    "only the input's dtype and device are read, so an empty input is no reason to fall back",
+    traits=["value_blind"],
+)

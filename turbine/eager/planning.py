@@ -1,0 +1,119 @@
+"""Building the plan for a new key: from a saved record, a stored kernel, or the meta call.
+
+In order: an op that writes its arguments gets a mutation plan; one that returns a view of its
+input, a view plan; a call whose results are all empty, fresh allocations; a copy of a dense
+input, a new storage over its buffer; anything else, a kernel (eager/op_trace.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from turbine.counters import counters
+from turbine.eager import registry
+from turbine.eager.kernel_plan import KernelPlan
+from turbine.eager.meta import meta_call
+from turbine.eager.op_trace import kernel_plan, stored_kernel_plan
+from turbine.eager.plans import EmptyPlan, MutationPlan, SharePlan, ViewPlan, layouts_of, outputs
+from turbine.eager.schema import OpSchema
+from turbine.eager.signature import Leaves
+from turbine.eager.tensor import DeviceTensor, contiguous_strides
+from turbine.errors import UnsupportedOpError
+from turbine.kernels_cache import kernel_cache
+
+
+def from_record(func: Any, schema: OpSchema, leaves: Leaves, record: tuple, run: Callable) -> Callable | None:
+    """The plan a saved record describes (the plans' ``record`` methods), or None when its
+    kernel is no longer in the kernel cache."""
+    kind = record[0]
+    if kind == "kernel":
+        _, signature, digest, scalar_dtypes, layouts, structure = record
+        kernel = kernel_cache.stored(signature, leaves.device, digest)
+        if kernel is None:
+            return None
+        plan: Callable = KernelPlan(func, leaves.device, kernel, signature, list(scalar_dtypes), layouts, structure)
+    elif kind == "view":
+        plan = ViewPlan(record[1], record[2])
+    elif kind == "mutation":
+        plan = MutationPlan(func, schema, run)
+    elif kind == "share":
+        plan = SharePlan(record[1])
+    else:
+        plan = EmptyPlan(leaves.device, record[1], record[2])
+    counters.plans_from_disk += 1
+    return plan
+
+
+def build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, run: Callable) -> Callable:
+    """A new plan for a call: a stored kernel's, else from the meta call, by what the op does.
+
+    ``run`` is dispatch's: a mutation plan runs the op's out-of-place twin through it."""
+    if leaves.device is None:
+        raise UnsupportedOpError(f"{func} reached turbine without a turbine tensor argument")
+    if not schema.written and not schema.aliased_output:
+        plan = stored_kernel_plan(func, leaves)
+        if plan is not None:
+            return plan
+    meta_out = meta_call(func, schema, args, kwargs)
+    if schema.written:
+        return MutationPlan(func, schema, run)
+    if schema.aliased_output:
+        return _view_plan(func, leaves, meta_out)
+    metas, kind = outputs(meta_out)
+    if _zero_size(func, leaves, metas):
+        return EmptyPlan(leaves.device, layouts_of(metas), kind)
+    if _shares_buffer(func, leaves, metas):
+        return SharePlan(tuple(metas[0].shape))
+    return kernel_plan(func, schema, args, kwargs, leaves, meta_out)
+
+
+def _shares_buffer(func: Any, leaves: Leaves, metas: list) -> bool:
+    """Whether the result can be a new storage over the buffer of its input's elements: turbine
+    never writes into a buffer once made (device/buffer.py), so sharing one is as good as a copy."""
+    if not registry.has_trait(func, "same_elements") or len(leaves.tensors) != 1 or len(metas) != 1 or metas[0] is None:
+        return False
+    out = metas[0]
+    return out.dtype == leaves.tensors[0].dtype and out.stride() == contiguous_strides(tuple(out.shape))
+
+
+def _zero_size(func: Any, leaves: Leaves, metas: list) -> bool:
+    """Whether every result has no elements (so no kernel is needed).
+
+    IREE 3.13 is not to be trusted with empty tensors: its compiler crashes on some views of them
+    (a division by zero in torch-mlir), and kernels reducing an empty tensor gave wrong values
+    (the std of nothing came out as a number, not NaN). Calls whose results are all empty run no
+    kernel; calls that read an empty tensor into a non-empty result go to the fallback policy,
+    except those that never read their input's values (``new_zeros`` and friends).
+    """
+    outputs = [m for m in metas if m is not None]
+    if outputs and all(m.numel() == 0 for m in outputs):
+        return True
+    if not registry.has_trait(func, "value_blind") and any(t.numel() == 0 for t in leaves.tensors):
+        raise UnsupportedOpError(f"{func} reads a tensor with no elements, which IREE 3.13 does not compute reliably")
+    return False
+
+
+def _view_plan(func: Any, leaves: Leaves, meta_out: Any) -> ViewPlan:
+    metas, kind = outputs(meta_out)
+    storage_dtype = leaves.tensors[0].dtype
+    for meta in metas:
+        if meta.dtype != storage_dtype:
+            raise UnsupportedOpError(f"{func}: views that reinterpret {storage_dtype} as {meta.dtype} are not supported")
+    geometries = tuple((tuple(m.shape), tuple(m.stride()), m.storage_offset()) for m in metas)
+    for sizes, strides, offset in geometries:
+        _check_in_bounds(sizes, strides, offset, leaves.tensors[0])
+    return ViewPlan(geometries, kind)
+
+
+def _check_in_bounds(sizes: tuple, strides: tuple, offset: int, base: DeviceTensor) -> None:
+    """A view must stay inside its storage (meta tensors do not check: their storage has no size)."""
+    if any(size == 0 for size in sizes):
+        return
+    last = offset + sum((size - 1) * stride for size, stride in zip(sizes, strides))
+    if offset < 0 or last >= base._storage.numel:
+        itemsize = base.element_size()
+        raise RuntimeError(
+            f"setStorage: sizes {list(sizes)}, strides {list(strides)}, storage offset {offset}, and itemsize "
+            f"{itemsize} requiring a storage size of {(last + 1) * itemsize} are out of bounds for storage of size "
+            f"{base._storage.numel * itemsize}"
+        )

@@ -1,0 +1,171 @@
+"""The kinds of plan an op call runs by, except the kernel plan (eager/kernel_plan.py).
+
+A plan is built once per key (eager/planning.py) and called with each call's leaves and
+arguments. Each plan's ``record()`` describes it for eager/saved_plans.py, so a new process
+takes a key's plan from disk instead of building it again.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from turbine.device import Device
+from turbine.eager import fallback
+from turbine.eager.schema import OpSchema, functional_variant, functionalized_variant
+from turbine.eager.signature import Leaves
+from turbine.eager.tensor import DeviceTensor, Storage, empty
+from turbine.eager.views import dense, write
+from turbine.errors import UnsupportedOpError
+
+aten = torch.ops.aten
+
+
+class FallbackPlan:
+    """An op IREE cannot run: every call goes to the fallback policy in force at that call."""
+
+    def __init__(self, func: Any, reason: Exception) -> None:
+        self.func = func
+        self.reason = reason
+
+    def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        return fallback.run(self.func, args, kwargs, self.reason)
+
+    def record(self) -> None:
+        return None  # decided again in each process (the kernel cache remembers a failed compile)
+
+
+class SharePlan:
+    """A copy or reshape: a new storage over the buffer of the input's elements (the input's
+    own when it is dense, else the gather that makes it dense), no kernel of its own. A kernel
+    that hands back its input would run on a device copy of it (kernels_cache/kernel.py)."""
+
+    def __init__(self, sizes: tuple) -> None:
+        self.sizes = sizes
+
+    def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        source = dense(leaves.tensors[0])._storage
+        return DeviceTensor(Storage(source.device, source.dtype, source.numel, source.buffer), self.sizes)
+
+    def record(self) -> tuple:
+        return ("share", self.sizes)
+
+
+def layouts_of(metas: list) -> tuple:
+    """(shape, dtype) of each meta result, None kept as None."""
+    return tuple(None if m is None else (tuple(m.shape), m.dtype) for m in metas)
+
+
+class EmptyPlan:
+    """Results with no elements: fresh allocations, no kernel."""
+
+    def __init__(self, device: Device, layouts: tuple, kind: str) -> None:
+        self.device = device
+        self.layouts = layouts
+        self.kind = kind
+        self.structure = STRUCTURES[kind]
+
+    def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        outs = [None if layout is None else empty(*layout, self.device) for layout in self.layouts]
+        return self.structure(outs)
+
+    def record(self) -> tuple:
+        return ("empty", self.layouts, self.kind)
+
+
+#: How a plan puts its output tensors back into the op's result, by the kind of result.
+STRUCTURES: dict[str, Callable[[list], Any]] = {"tensor": lambda outs: outs[0], "tuple": tuple, "list": list}
+
+
+def outputs(meta_out: Any) -> tuple[list, str]:
+    """The output tensors of a meta result (None kept as None) and the kind of result (STRUCTURES)."""
+    if isinstance(meta_out, torch.Tensor):
+        return [meta_out], "tensor"
+    if isinstance(meta_out, (tuple, list)) and all(o is None or isinstance(o, torch.Tensor) for o in meta_out):
+        return list(meta_out), "list" if isinstance(meta_out, list) else "tuple"
+    raise UnsupportedOpError(f"turbine cannot return {type(meta_out).__name__} results yet")
+
+
+class ViewPlan:
+    """Outputs share the first input's storage with the geometry torch's meta kernel gave."""
+
+    def __init__(self, geometries: tuple, kind: str) -> None:
+        self.geometries = geometries
+        self.kind = kind
+        self.structure = STRUCTURES[kind]
+
+    def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        storage = leaves.tensors[0]._storage
+        outs = [DeviceTensor(storage, sizes, strides, offset) for sizes, strides, offset in self.geometries]
+        return self.structure(outs)
+
+    def record(self) -> tuple:
+        return ("view", self.geometries, self.kind)
+
+
+class MutationPlan:
+    """Ops that write their arguments: in-place (``add_``) and ``out=`` ops run their out-of-place
+    twin and write its results into the targets; ops that also return results of their own
+    (``_native_batch_norm_legit`` updating running statistics) run their ``_functional`` twin,
+    which returns those results followed by each written argument's new value."""
+
+    def __init__(self, func: Any, schema: OpSchema, run: Callable[[Any, tuple, dict], Any]) -> None:
+        self.func = func
+        self.run = run  # dispatch's run: the twin goes through its own plan
+        self.functional = functional_variant(func)
+        self.appended = self.functional is None and functionalized_variant(func) is not None
+        if self.appended:
+            self.functional = functionalized_variant(func)
+        if self.functional is None:
+            raise UnsupportedOpError(f"{func} writes its arguments and has no out-of-place twin turbine can run")
+        self.out_names = schema.out_names
+        self.written = schema.written
+        self.names = schema.names
+        self.returns = len(func._schema.returns)
+
+    def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        out_names = self.out_names
+        call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names}
+        result = self.run(self.functional, args, call_kwargs)
+        values = result if isinstance(result, (tuple, list)) else (result,)
+        if out_names:
+            targets = [kwargs[name] for name in out_names]
+        else:
+            targets = [args[i] if i < len(args) else kwargs[self.names[i]] for i in self.written]
+        if self.appended:
+            values, returned = values[self.returns :], tuple(values[: self.returns])
+        for target, value in zip(targets, values):
+            write_result(self.func, target, value)
+        if self.appended:
+            return returned if self.returns > 1 else returned[0]
+        if out_names:
+            return targets[0] if len(targets) == 1 else tuple(targets)
+        return targets[0]
+
+    def record(self) -> tuple:
+        return ("mutation",)
+
+
+def write_result(func: Any, target: DeviceTensor, value: DeviceTensor) -> None:
+    if value.dtype != target.dtype:
+        value = aten._to_copy.default(value, dtype=target.dtype)
+    if tuple(value.shape) != tuple(target.shape):
+        resize_out(target, value)
+        return
+    write(target, dense(value))
+
+
+def resize_out(target: DeviceTensor, value: DeviceTensor) -> None:
+    """An ``out=`` tensor of another shape than the result takes the result's shape and values, as in torch."""
+    if target.numel() != 0:
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape {list(target.shape)}, which does "
+            f"not match the required output shape {list(value.shape)}. This behavior is deprecated, and in a "
+            "future PyTorch release outputs will not be resized unless they have zero elements. You can explicitly "
+            "reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
+            UserWarning,
+            stacklevel=8,  # the user's call, above the device mode, torch's dispatch and turbine's plan
+        )
+    target._become(dense(value))
