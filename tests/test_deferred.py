@@ -173,7 +173,7 @@ def test_ops_a_queued_fallback_issues_run_before_the_launches_queued_after_it(mo
     def through_turbine_ops(func, args, kwargs, reason):
         if func is not torch.ops.aten.special_airy_ai.default:
             return run_fallback(func, args, kwargs, reason)
-        draining_seen.append(deferred.draining)
+        draining_seen.append(deferred.draining())
         return args[0] * 2.0 + 1.0  # turbine ops, one of them with a new kernel
 
     monkeypatch.setattr(fallback, "run", through_turbine_ops)
@@ -183,7 +183,7 @@ def test_ops_a_queued_fallback_issues_run_before_the_launches_queued_after_it(mo
     z = torch.special.airy_ai(y)  # queued; its compile fails, so its launch runs the fallback
     w = z - y  # queued after it, reads z
     assert_close(w.cpu(), torch.sqrt(a) + 1.0)
-    assert draining_seen and draining_seen[0] > 0  # the fallback did run inside the queue
+    assert draining_seen and draining_seen[0]  # the fallback did run inside the queue
     assert stats()["deferred_launches"] >= 3
 
 

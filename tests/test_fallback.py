@@ -12,14 +12,14 @@ import torch
 
 import turbine
 from turbine.config import Config
-from turbine.eager import fallback as fallback_module
+from turbine.eager import runtime
 from checks import D
 
 POLICIES = ["device", "host"]
 
 
 def fresh_warnings():
-    fallback_module._warned.clear()
+    runtime.state.warned.clear()
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -34,6 +34,7 @@ def test_op_without_lowering_runs_under_each_policy(policy, stats):
     assert moved == (0 if policy == "device" else 2)  # device: zero-copy; host: one down, one up
     torch.testing.assert_close(result.cpu(), torch.special.airy_ai(x))
     assert stats()["fallbacks"]["aten.special_airy_ai.default"] == 1
+    assert stats()["executors"][{"device": "torch", "host": "host"}[policy]] == 1
 
 
 def test_error_policy_names_the_op_and_the_way_out():

@@ -35,11 +35,14 @@ class Counters:
         self.fallbacks: collections.Counter[str] = collections.Counter()
         #: Ops torch runs on host copies by design (random ops, so seeds give torch's numbers).
         self.host_ops: collections.Counter[str] = collections.Counter()
+        #: Ops run by an executor other than IREE's kernels, per executor ("torch", "host").
+        self.executors: collections.Counter[str] = collections.Counter()
 
     def snapshot(self) -> dict[str, Any]:
         data: dict[str, Any] = {name: getattr(self, name) for name in _NAMES}
         data["fallbacks"] = dict(self.fallbacks)
         data["host_ops"] = dict(self.host_ops)
+        data["executors"] = {"iree": self.dispatches, **self.executors}
         return data
 
 
@@ -53,6 +56,8 @@ def stats() -> dict[str, Any]:
     device (uploads and reads); ``scalar_uploads`` counts the 0-d buffers made for Python scalars
     that kernels take as runtime arguments, which are launch parameters rather than tensor data.
     ``deferred_launches`` counts ops that returned while their kernel was still compiling.
+    ``executors`` counts what ran per executor: ``iree`` its kernel launches (``dispatches``), the
+    others (``torch``, ``host``) the ops the fallback policy gave them.
     """
     return counters.snapshot()
 

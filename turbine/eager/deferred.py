@@ -22,35 +22,36 @@ Rules that keep this invisible to the program:
 from __future__ import annotations
 
 import collections
-import threading
 from typing import Any
 
 from turbine.config import config
 from turbine.counters import counters
 from turbine.device import Device, join
 from turbine.device.buffer import PendingBuffer
-from turbine.eager import fallback
+from turbine.eager import fallback, runtime
 from turbine.eager.signature import rebuild
 from turbine.eager.tensor import DeviceTensor, Storage
 from turbine.eager.views import dense
 
-#: Launches waiting on any device (the hot path reads this one number).
-backlog = 0
-#: Above zero while queued launches run: ops issued then (by a fallback) must not queue again.
-draining = 0
-
-_queues: dict[int, collections.deque] = {}
-_lock = threading.RLock()
-
-
 def enabled() -> bool:
-    """Whether new kernels compile in the background (``TURBINE_BACKGROUND_COMPILE``)."""
-    return config.background_compile and config.fallback != "error"
+    """Whether new kernels compile in the background (``TURBINE_BACKGROUND_COMPILE``); not under
+    the ``error`` policy, so the error comes from the op that caused it."""
+    return config.background_compile and runtime.state.fallback_policy != "error"
 
 
 def waiting(device: Device) -> bool:
     """Whether launches wait on ``device``."""
-    return bool(_queues.get(device.index))
+    return bool(runtime.state.device(device.index).queue)
+
+
+def backlog() -> int:
+    """Launches queued on any device of the runtime in use."""
+    return runtime.state.backlog
+
+
+def draining() -> bool:
+    """Whether queued launches are running: ops issued then (by a fallback) must not queue again."""
+    return runtime.state.draining > 0
 
 
 class _Launch:
@@ -78,11 +79,13 @@ class _Launch:
             for layout in plan.outputs
         ]
         self.done = False
+        #: The device queue it waits in (set by ``defer``).
+        self.queue: collections.deque | None = None
         self.error: BaseException | None = None
 
     def resolve(self) -> None:
         """Run the queue up to this launch (a PendingBuffer of it was read)."""
-        flush(self.device, self)
+        flush(self)
         if self.error is not None:
             raise self.error
 
@@ -133,11 +136,12 @@ class _Launch:
 
 def defer(plan: Any, leaves: Any, args: tuple, kwargs: dict, scalar_views: list) -> list[PendingBuffer | None]:
     """Queue a plan's launch; returns its pending result buffers (None where the op has no result)."""
-    global backlog
+    state = runtime.state
     launch = _Launch(plan, leaves, args, kwargs, scalar_views)
-    with _lock:
-        _queues.setdefault(plan.device.index, collections.deque()).append(launch)
-        backlog += 1
+    with state.queue_lock:
+        launch.queue = state.device(plan.device.index).queue
+        launch.queue.append(launch)
+        state.backlog += 1
     counters.deferred_launches += 1
     return launch.outputs
 
@@ -148,37 +152,38 @@ def advance(device: Device) -> None:
     Not while a queued launch runs (its fallback issues ops): the launches after it may read
     its results, which it has not made yet.
     """
-    queue = _queues.get(device.index)
-    while queue and not draining:
+    state = runtime.state
+    queue = state.device(device.index).queue
+    while queue and not state.draining:
         compiling = queue[0].plan.compiling
         if compiling is not None and not compiling.done():
             return
-        _run_next(queue)
+        _run_next(state, queue)
 
 
-def flush(device: Device, upto: _Launch) -> None:
-    """Run ``device``'s queued launches in order, waiting for compiles, until ``upto`` has run."""
-    queue = _queues.get(device.index)
+def flush(upto: _Launch) -> None:
+    """Run the queued launches of ``upto``'s device in order, waiting for compiles, until ``upto`` has run."""
+    queue = upto.queue
     while queue and not upto.done:
-        _run_next(queue)
+        _run_next(runtime.state, queue)
 
 
 def flush_all() -> None:
     """Run every queued launch on every device (tests use it so no launch outlives its test)."""
-    for index in list(_queues):
-        queue = _queues[index]
+    state = runtime.state
+    for index in state.device_indices():
+        queue = state.device(index).queue
         while queue:
-            _run_next(queue)
+            _run_next(state, queue)
 
 
-def _run_next(queue: collections.deque) -> None:
-    global backlog, draining
-    with _lock:
+def _run_next(state: runtime.Runtime, queue: collections.deque) -> None:
+    with state.queue_lock:
         if not queue:
             return
         launch = queue.popleft()
-        backlog -= 1
-        draining += 1
+        state.backlog -= 1
+        state.draining += 1
         try:
             launch.run()
         except Exception as error:  # raised where one of its results is read, not here
@@ -188,4 +193,4 @@ def _run_next(queue: collections.deque) -> None:
             raise
         finally:
             launch.done = True
-            draining -= 1
+            state.draining -= 1

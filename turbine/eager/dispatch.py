@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from turbine.eager import ops  # noqa: F401  (its declarations fill the op registry)
-from turbine.eager import backward_errors, foreach, planning, registry, saved_plans
+from turbine.eager import backward_errors, foreach, planning, registry, runtime, saved_plans
 from turbine.eager.host import device_of
 from turbine.eager.meta import meta_call
 from turbine.eager.plans import FallbackPlan
@@ -28,8 +28,6 @@ from turbine.eager.signature import Leaves, walk
 from turbine.eager.tensor import empty
 from turbine.errors import CompileError, UnsupportedOpError
 
-_plans: dict[tuple, Callable] = {}
-_routes: dict[Any, Callable] = {}
 _schemas: dict[Any, OpSchema] = {}
 
 
@@ -46,9 +44,10 @@ def handle(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
 
 def run(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     """Run ``func`` on turbine tensors; the result is made of new or updated DeviceTensors."""
-    route = _routes.get(func)
+    routes = runtime.state.routes
+    route = routes.get(func)
     if route is None:
-        route = _routes[func] = _route(func)
+        route = routes[func] = _route(func)
     return route(func, args, kwargs)
 
 
@@ -106,7 +105,7 @@ def plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
     # A plan holds kernels loaded on one device, so the device is part of its key (the kernel
     # cache shares compiled modules between devices of one target by itself).
     key = (*leaves.key, leaves.device.index if leaves.device is not None else None)
-    plan = _plans.get(key)
+    plan = runtime.state.plans.get(key)
     if plan is None:
         plan = _new_plan(func, schema, args, kwargs, leaves, key)
     return plan(leaves, args, kwargs)
@@ -125,11 +124,12 @@ def _new_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Le
         except (CompileError, UnsupportedOpError) as reason:
             if schema.aliased_output and not schema.written:
                 raise  # a copy made by torch would not alias the input as a view must
-            plan = FallbackPlan(func, reason)
+            plan = FallbackPlan(func, reason, leaves.device)
         saved_plans.built()
-    _plans[key] = plan
+    plans = runtime.state.plans
+    plans[key] = plan
     if isinstance(plan, KernelPlan):
-        plan.forget = lambda: _plans.pop(key, None)
+        plan.forget = lambda: plans.pop(key, None)
     return plan
 
 
@@ -152,8 +152,13 @@ def stand_in(func: Any, args: tuple, kwargs: dict) -> Any:
 def clear_plans() -> None:
     """Forget every plan, and the saved plans read so far (tests use it to show that kernels
     and plans come back from disk)."""
-    _plans.clear()
+    runtime.state.plans.clear()
     saved_plans.forget()
 
 
-atexit.register(lambda: saved_plans.save(_plans))
+def plans() -> dict[tuple, Callable]:
+    """The plan cache of the runtime in use (tests read it)."""
+    return runtime.state.plans
+
+
+atexit.register(lambda: saved_plans.save(runtime.state.plans))

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from turbine.config import config
-from turbine.eager import dispatch, registry
+from turbine.device import current
+from turbine.eager import dispatch, executors, registry, runtime
 from turbine.eager.schema import functional_variant, functionalized_variant, schema_of
 
 
@@ -51,12 +51,19 @@ def explain(func: Any) -> str:
     if registry.handler(func) is not None:
         lines.append("  executors: the handler's own work; the ops it issues go their own routes")
         return "\n".join(lines)
-    lines.append(
-        f"  executors: an IREE kernel; should IREE not compile it, the fallback policy "
-        f"(now {config.fallback!r}: TURBINE_FALLBACK, turbine.fallback()) chooses torch's kernel over the device "
-        "memory, torch's CPU kernel on host copies, or an error"
-    )
+    lines.append(f"  executors: {executors.IREE.description} first; should IREE not compile it, this thread's fallback policy")
+    lines.append("  (TURBINE_FALLBACK, turbine.fallback()) chooses the cheapest of its executors that can run it on the device:")
+    device = _cost_device()
+    for policy, choices in executors.BY_POLICY.items():
+        names = ", ".join(f"{e.name} ({e.description}, cost {e.cost(func, device)})" for e in choices) or "none: the op raises"
+        now = " (in force)" if policy == runtime.state.fallback_policy else ""
+        lines.append(f"    {policy}{now}: {names}")
     return "\n".join(lines)
+
+
+def _cost_device() -> Any:
+    """The device costs are given for: the current turbine device."""
+    return current()
 
 
 def _schema_lines(func: Any) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 
 from turbine.device import NO_WAIT, Device
-from turbine.eager import lowering
+from turbine.eager import lowering, runtime
 from turbine.eager.dtypes import check_dtype
 from turbine.eager.scalars import number_dtype, scalar_view
 from turbine.eager.tensor import DeviceTensor, empty, wrap
@@ -29,7 +29,6 @@ EMPTY = {"empty", "empty_strided", "empty_like"}
 # ``*_like`` of a CPU tensor on a turbine device is the plain factory of that tensor's shape.
 LIKE = {"zeros_like": torch.zeros, "ones_like": torch.ones, "full_like": torch.full, "empty_like": torch.empty}
 
-_kernels: dict[tuple, tuple] = {}
 
 
 def _freeze(value: Any) -> Any:
@@ -90,7 +89,8 @@ def _run_factory_kernel(func: Callable, name: str, args: tuple, kwargs: dict, de
     ``torch.full(shape, v)`` compiles once for every ``v``), the other arguments are compiled in."""
     call_args, call_kwargs, fill = _runtime_fill(name, args, kwargs)
     key = (name, _freeze(call_args), _freeze(sorted(call_kwargs.items())), type(fill), device.index)
-    entry = _kernels.get(key)
+    kernels = runtime.state.factory_kernels
+    entry = kernels.get(key)
     if entry is None:
         meta = func(*args, device="meta", **kwargs)
         check_dtype(meta.dtype, f"the result of torch.{name}")
@@ -104,7 +104,7 @@ def _run_factory_kernel(func: Callable, name: str, args: tuple, kwargs: dict, de
             lambda: lowering.lower(_traced(func, call_args, {**call_kwargs, "dtype": meta.dtype}, name), inputs),
             f"torch.{name}{_freeze(call_args)}",
         )
-        entry = _kernels[key] = (kernel, sizes, meta.dtype)
+        entry = kernels[key] = (kernel, sizes, meta.dtype)
     kernel, sizes, dtype = entry
     views = [] if fill is None else [scalar_view(device, fill, number_dtype(fill))]
     ((buffer, view),) = kernel.launch(views, NO_WAIT)

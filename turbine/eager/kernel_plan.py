@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from turbine.device import Device, join
-from turbine.eager import deferred, fallback
+from turbine.eager import deferred, executors, fallback, runtime
 from turbine.eager.plans import STRUCTURES
 from turbine.eager.scalars import scalar_view
 from turbine.eager.schema import schema_of
@@ -56,7 +56,7 @@ class KernelPlan:
         self.structure = STRUCTURES[kind]
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
-        if self.kernel is None or deferred.backlog:  # compiling, failed, or launches wait
+        if self.kernel is None or runtime.state.backlog:  # compiling, failed, or launches wait
             deferred.advance(self.device)
             if self._must_queue():
                 return self._queue(leaves, args, kwargs)
@@ -76,6 +76,14 @@ class KernelPlan:
         results = iter(self.kernel.launch(views, join(waits)))
         torch_device = self.torch_device
         return self.structure([None if layout is None else layout.make(*next(results), torch_device) for layout in self.outputs])
+
+    @property
+    def executor(self) -> executors.Executor | None:
+        """Who runs its calls: IREE's kernel, or once the compile failed, the executor the calling
+        thread's fallback policy chooses (None: the op raises)."""
+        if self.failure is None:
+            return executors.IREE
+        return fallback.choose(self.func, self.device, runtime.state.fallback_policy)
 
     def await_kernel(self) -> None:
         """Wait for the kernel to compile; a failed compile becomes the plan's ``failure``.
@@ -102,9 +110,9 @@ class KernelPlan:
         Takes the kernel once its compile has finished, or waits for it inside a queued launch
         (a fallback's ops run then and must not queue behind later launches).
         """
-        if self.compiling is not None and (deferred.draining or self.compiling.done()):
+        if self.compiling is not None and (runtime.state.draining or self.compiling.done()):
             self.await_kernel()
-        if self.failure is not None or deferred.draining:
+        if self.failure is not None or runtime.state.draining:
             return False
         return self.compiling is not None or deferred.waiting(self.device)
 

@@ -13,7 +13,8 @@ from typing import Any, Callable
 import torch
 
 from turbine.device import Device
-from turbine.eager import fallback
+from turbine.eager import fallback, runtime
+from turbine.eager.executors import Executor
 from turbine.eager.schema import OpSchema, functional_variant, functionalized_variant
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DeviceTensor, Storage, empty
@@ -26,9 +27,15 @@ aten = torch.ops.aten
 class FallbackPlan:
     """An op IREE cannot run: every call goes to the fallback policy in force at that call."""
 
-    def __init__(self, func: Any, reason: Exception) -> None:
+    def __init__(self, func: Any, reason: Exception, device: Device | None) -> None:
         self.func = func
         self.reason = reason
+        self.device = device
+
+    @property
+    def executor(self) -> Executor | None:
+        """The executor the calling thread's policy chooses now (None: the op raises)."""
+        return fallback.choose(self.func, self.device, runtime.state.fallback_policy)
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         return fallback.run(self.func, args, kwargs, self.reason)

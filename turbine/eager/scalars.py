@@ -10,9 +10,9 @@ import torch
 
 from turbine.config import config
 from turbine.device import BufferView, Device, upload_scalar, view_of
+from turbine.eager import runtime
 from turbine.eager.dtypes import ELEMENT_TYPES
 
-_scalar_buffers: dict[tuple, BufferView] = {}
 
 
 def scalar_view(device: Device, value: Any, dtype: torch.dtype) -> BufferView:
@@ -20,12 +20,13 @@ def scalar_view(device: Device, value: Any, dtype: torch.dtype) -> BufferView:
     if isinstance(value, torch.Tensor):
         return _upload_scalar(device, value.to(dtype))
     # float.hex tells -0.0 from 0.0 (equal, and equal hashes, as dict keys) and lets NaN hit.
-    key = (device.index, type(value), value.hex() if type(value) is float else value, dtype)
-    view = _scalar_buffers.get(key)
+    key = (type(value), value.hex() if type(value) is float else value, dtype)
+    views = runtime.state.device(device.index).scalar_views
+    view = views.get(key)
     if view is None:
-        if len(_scalar_buffers) >= config.scalar_cache_size:
-            _scalar_buffers.pop(next(iter(_scalar_buffers)))
-        view = _scalar_buffers[key] = _upload_scalar(device, torch.tensor(value, dtype=dtype))
+        if len(views) >= config.scalar_cache_size:
+            views.pop(next(iter(views)))
+        view = views[key] = _upload_scalar(device, torch.tensor(value, dtype=dtype))
     return view
 
 
