@@ -14,14 +14,14 @@ import torch
 import turbine
 from conftest import cache_warnings, damage, forget_memory
 from turbine.config import override
-from turbine.eager import dispatch, planning, saved_plans
+from turbine.eager import dispatch, planning, runtime, saved_plans
 from turbine.kernels_cache import cache as cache_module
 
 
 @pytest.fixture(autouse=True)
 def _plans_on(monkeypatch):
     """conftest turns saved plans off for the test session; these tests use them."""
-    monkeypatch.setattr(saved_plans, "_built", True)
+    monkeypatch.setattr(runtime.state, "built_plans", True)
     with override(cache_plans=True):
         yield
 
@@ -58,8 +58,8 @@ def no_meta_calls(monkeypatch) -> None:
 def test_saved_plans_replace_building_them(fresh_cache, stats, monkeypatch):
     host = inputs()
     check(host)
-    planned = len(dispatch._plans)
-    saved_plans.save(dispatch._plans)
+    planned = len(dispatch.plans())
+    saved_plans.save(dispatch.plans())
     forget_memory()
     no_meta_calls(monkeypatch)
     hashed = []
@@ -69,7 +69,7 @@ def test_saved_plans_replace_building_them(fresh_cache, stats, monkeypatch):
     check(host)
     counts = stats()
     assert counts["kernels_compiled"] == 0
-    assert counts["plans_from_disk"] == planned == len(dispatch._plans)
+    assert counts["plans_from_disk"] == planned == len(dispatch.plans())
     # kernel plans kept their kernel's digest (views.py's gathers and scatters are no plans' kernels)
     assert [key[0][0] for key in hashed if not key[0][0].startswith("turbine.")] == []
 
@@ -77,7 +77,7 @@ def test_saved_plans_replace_building_them(fresh_cache, stats, monkeypatch):
 def test_another_target_reads_another_plan_file(fresh_cache, stats):
     host = inputs()
     check(host)
-    saved_plans.save(dispatch._plans)
+    saved_plans.save(dispatch.plans())
     forget_memory()
     turbine.reset_stats()
     with override(cpu_target="generic"):
@@ -89,7 +89,7 @@ def test_another_target_reads_another_plan_file(fresh_cache, stats):
 def test_a_plan_whose_kernel_is_gone_is_built_again(fresh_cache, stats):
     host = inputs()
     check(host)
-    saved_plans.save(dispatch._plans)
+    saved_plans.save(dispatch.plans())
     for entry in list(fresh_cache.entries()):
         fresh_cache.remove(entry["digest"])
     forget_memory()
@@ -97,7 +97,7 @@ def test_a_plan_whose_kernel_is_gone_is_built_again(fresh_cache, stats):
     check(host)
     counts = stats()
     assert counts["kernels_compiled"] > 0
-    assert 0 < counts["plans_from_disk"] < len(dispatch._plans)  # views and in-place plans still came from disk
+    assert 0 < counts["plans_from_disk"] < len(dispatch.plans())  # views and in-place plans still came from disk
 
 
 def plan_file(store) -> Path:
@@ -108,7 +108,7 @@ def plan_file(store) -> Path:
 def test_a_damaged_plan_file_warns_once_and_plans_are_built(fresh_cache, stats):
     host = inputs()
     check(host)
-    saved_plans.save(dispatch._plans)
+    saved_plans.save(dispatch.plans())
     path = plan_file(fresh_cache)
     damage(path, -10)
     forget_memory()
@@ -131,7 +131,7 @@ def test_a_plan_file_cannot_run_code(fresh_cache, stats, tmp_path):
     marker = tmp_path / "ran"
     host = inputs()
     check(host)
-    saved_plans.save(dispatch._plans)
+    saved_plans.save(dispatch.plans())
     path = plan_file(fresh_cache)
     name = path.stem
     evil = pickle.dumps({"aten::mm.default": pickle.dumps({(): _RunsACommand(marker)})})
@@ -146,7 +146,7 @@ def test_a_plan_file_cannot_run_code(fresh_cache, stats, tmp_path):
 def test_records_of_another_layout_are_built_again(fresh_cache, stats):
     host = inputs()
     check(host)
-    saved_plans.save(dispatch._plans)
+    saved_plans.save(dispatch.plans())
     name = plan_file(fresh_cache).stem
 
     def truncate(data):
@@ -167,10 +167,10 @@ def test_each_op_keeps_its_newest_plans(fresh_cache, monkeypatch):
     for size in (2, 3, 4):
         forget_memory()
         (torch.randn(size, device="turbine:cpu") * 2).cpu()
-        saved_plans.save(dispatch._plans)
+        saved_plans.save(dispatch.plans())
     forget_memory()
     (torch.randn(5, 5, device="turbine:cpu").sum()).cpu()  # another op, written after
-    saved_plans.save(dispatch._plans)
+    saved_plans.save(dispatch.plans())
     tables = saved_plans._decode(fresh_cache.load_plans(plan_file(fresh_cache).stem))
     assert list(tables)[-1] == "aten::sum.default"  # the op written last is the newest
     shapes = [key[0][0] for key in saved_plans._decode(tables["aten::mul.Tensor"])]
@@ -182,7 +182,7 @@ def test_a_cache_that_cannot_hold_plans_raises_nothing(fresh_cache, stats):
     host = inputs()
     check(host)
     (fresh_cache.root / "plans").write_text("a file where the plans directory should be")
-    saved_plans.save(dispatch._plans)  # as at exit
+    saved_plans.save(dispatch.plans())  # as at exit
     forget_memory()
     turbine.reset_stats()
     check(host)
@@ -193,7 +193,7 @@ def test_plans_holding_values_a_file_cannot_keep_are_left_out(fresh_cache):
     """A key or record with a value the unpickler would refuse (any object but numbers, strings,
     tuples and dtypes) is not written; the rest are."""
     check(inputs())
-    plans = dict(dispatch._plans)
+    plans = dict(dispatch.plans())
     (key, plan), *_ = [(k, p) for k, p in plans.items() if p.record() is not None]
     odd_key = (key[0], object(), *key[1:])
     plans[odd_key] = plan
@@ -207,9 +207,9 @@ def test_switched_off_nothing_is_written_or_read(fresh_cache, stats):
     host = inputs()
     check(host)
     with override(cache_plans=False):
-        saved_plans.save(dispatch._plans)
+        saved_plans.save(dispatch.plans())
         assert not list((fresh_cache.root / "plans").glob("*.plans"))
-    saved_plans.save(dispatch._plans)
+    saved_plans.save(dispatch.plans())
     forget_memory()
     turbine.reset_stats()
     with override(cache_plans=False):
@@ -231,7 +231,7 @@ PROCESS = textwrap.dedent(
         torch.testing.assert_close(y.cpu(), x.t().add(1).t())
         torch.testing.assert_close((y @ y).cpu(), x.t().add(1).t() @ x.t().add(1).t())
     from turbine.eager import dispatch
-    print(json.dumps(dict(turbine.stats(), plans=len(dispatch._plans))))
+    print(json.dumps(dict(turbine.stats(), plans=len(dispatch.plans()))))
     """
 )
 
@@ -258,7 +258,7 @@ def test_a_process_leaves_its_plans_to_the_next_by_device_name(tmp_path):
 
 def test_cache_info_counts_plan_files_and_clear_removes_them(fresh_cache):
     check(inputs())
-    saved_plans.save(dispatch._plans)
+    saved_plans.save(dispatch.plans())
     size = plan_file(fresh_cache).stat().st_size
 
     def cli(*args):

@@ -24,6 +24,9 @@ class DeviceState:
     def __init__(self) -> None:
         self.queue: collections.deque = collections.deque()
         self.scalar_views: dict[tuple, Any] = {}
+        #: The plans its saved-plans file holds (eager/saved_plans.py): by op name, pickled until first asked
+        #: for and not taken yet; None until read.
+        self.saved_plans: dict[str, Any] | None = None
 
 
 class Runtime:
@@ -38,6 +41,9 @@ class Runtime:
         self.factory_kernels: dict[tuple, tuple] = {}
         #: Ops already warned about falling back (once per op and process).
         self.warned: set[str] = set()
+        #: Whether this process built a plan that no file gave it: only then does its exit write
+        #: the plans (a process that took every plan from disk leaves the file as it was).
+        self.built_plans = False
         #: Launches queued on any device (the hot path reads this one number), and above zero
         #: while queued launches run (eager/deferred.py).
         self.backlog = 0

@@ -36,6 +36,7 @@ import torch
 import turbine
 from turbine.config import config
 from turbine.device import Device, by_index
+from turbine.eager import runtime
 from turbine.kernels_cache import LOWERING_VERSION, DiskStore, kernel_cache, target_for
 
 log = logging.getLogger("turbine")
@@ -49,20 +50,17 @@ PLAN_VERSION = 2
 MAX_OPS = 512
 MAX_PER_OP = 256
 
-#: Per device index: by op name, the plans saved (pickled until first asked for) and not taken yet.
-_pending: dict[int, dict[str, bytes | dict[tuple, tuple]]] = {}
-#: Whether this process built a plan that no file gave it: only then does its exit write (so a
-#: process that took every plan from disk leaves the file, and the order of its ops, as it was).
-_built = False
-#: Each op's name in the files, worked out once per op.
+#: Each op's name in the files, worked out once per op. (What was read from the files, per device,
+#: and whether this process built a plan no file gave it, are kept in eager/runtime.py.)
 _names: dict[Any, str] = {}
 
 
 def take(key: tuple, device: Device) -> tuple | None:
     """The saved record of a plan key (op first, the device index last), or None."""
-    tables = _pending.get(device.index)
+    state = runtime.state.device(device.index)
+    tables = state.saved_plans
     if tables is None:
-        tables = _pending[device.index] = _read(device)
+        tables = state.saved_plans = _read(device)
     if not tables:
         return None
     op = key[0]
@@ -77,13 +75,14 @@ def take(key: tuple, device: Device) -> tuple | None:
 
 def built() -> None:
     """Note that a plan was built here (eager/dispatch.py), so that the exit writes this process's plans."""
-    global _built
-    _built = True
+    runtime.state.built_plans = True
 
 
 def forget() -> None:
     """Drop what was read, so that the next plan reads the files again (dispatch.clear_plans)."""
-    _pending.clear()
+    state = runtime.state
+    for index in state.device_indices():
+        state.device(index).saved_plans = None
 
 
 def _store() -> DiskStore | None:
@@ -126,7 +125,7 @@ def save(plans: dict[tuple, Any]) -> None:
     dispatch.py). Plans whose ``record()`` is None (fallbacks, kernels still compiling) and
     keys holding values the unpickler would refuse are left out."""
     store = _store()
-    if store is None or not store.writable or not _built:
+    if store is None or not store.writable or not runtime.state.built_plans:
         return
     by_device: dict[int, dict[str, dict[tuple, tuple]]] = {}
     for key, plan in list(plans.items()):
