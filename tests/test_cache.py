@@ -14,7 +14,7 @@ import torch
 
 import turbine
 from conftest import forget_memory
-from turbine.eager import dispatch
+from turbine.eager import dispatch, planning
 from turbine.kernels_cache import CacheWarning, DiskStore, kernel_cache
 from turbine.kernels_cache import cache as cache_module
 
@@ -362,7 +362,7 @@ def test_a_warm_process_builds_plans_from_stored_layouts(fresh_cache, monkeypatc
     def no_meta(*args, **kwargs):
         raise AssertionError("the meta call ran although the store had the kernel")
 
-    monkeypatch.setattr(dispatch, "_meta_call", no_meta)
+    monkeypatch.setattr(planning, "meta_call", no_meta)
     compiled = stats()["kernels_compiled"]
     for case in cases:
         expected, actual = case(x), case(x.to("turbine:cpu"))
