@@ -1,5 +1,7 @@
 """GPU checks; they run where IREE's cuda driver sees a device (the H200 device machine) and skip elsewhere."""
 
+import threading
+
 import pytest
 import torch
 
@@ -40,3 +42,90 @@ def test_backward_on_gpu():
 def test_mixed_gpu_and_cpu_devices_fail_like_torch():
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         torch.ones(2, device=GPU) + torch.ones(2, device="turbine:cpu")
+
+
+needs_torch_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")
+
+
+@needs_torch_cuda
+@pytest.mark.parametrize("threads", [False, True], ids=["single-threaded", "multi-threaded"])
+def test_torch_cuda_autograd_works_after_import_turbine(threads):
+    """Naming PrivateUse1 broke every torch CUDA backward (pytorch#161129); turbine's
+    accelerator_fix keeps it working, autograd's device threads on or off."""
+    with torch.autograd.set_multithreading_enabled(threads):
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+        reference = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+        reference.load_state_dict(model.state_dict())
+        model.cuda()
+        x = torch.randn(32, 64)
+        xc = x.cuda().requires_grad_()
+        x.requires_grad_()
+        model(xc).logsumexp(1).sum().backward()
+        reference(x).logsumexp(1).sum().backward()
+    torch.testing.assert_close(xc.grad.cpu(), x.grad, atol=1e-4, rtol=1e-4)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, atol=1e-4, rtol=1e-4)
+
+
+@needs_torch_cuda
+def test_torch_cuda_backward_from_several_threads_and_a_side_stream():
+    errors = []
+
+    def work():
+        try:
+            for _ in range(20):
+                x = torch.randn(16, 64, device="cuda", requires_grad=True)
+                (x.tanh() * x).sum().backward()
+                t = x.detach().tanh()
+                torch.testing.assert_close(x.grad, (1 - t**2) * x.detach() + t)
+        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[0]
+
+    before = torch.cuda.memory_allocated()
+    side = torch.cuda.Stream()
+    x = torch.randn(256, 256, device="cuda", requires_grad=True)
+    with torch.cuda.stream(side):
+        y = (x @ x).relu().sum()
+    torch.cuda.current_stream().wait_stream(side)
+    y.backward()
+    torch.cuda.synchronize()
+    xc = x.detach().cpu().requires_grad_()
+    (xc @ xc).relu().sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), xc.grad, atol=1e-2, rtol=1e-3)
+    assert torch.cuda.memory_allocated() > before  # torch's allocator still counts
+
+
+@needs_torch_cuda
+@pytest.mark.parametrize("threads", [False, True], ids=["single-threaded", "multi-threaded"])
+def test_a_model_half_on_torch_cuda_half_on_turbine_trains_like_the_cpu(threads):
+    torch.manual_seed(1)
+    first, second = torch.nn.Linear(32, 64), torch.nn.Linear(64, 10)
+    first_gpu, second_gpu = torch.nn.Linear(32, 64), torch.nn.Linear(64, 10)
+    first_gpu.load_state_dict(first.state_dict())
+    second_gpu.load_state_dict(second.state_dict())
+    first_gpu.cuda()
+    second_gpu.to(GPU)
+    optimizer = torch.optim.SGD([*first.parameters(), *second.parameters()], lr=0.1)
+    optimizer_gpu = torch.optim.SGD([*first_gpu.parameters(), *second_gpu.parameters()], lr=0.1)
+    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+    with torch.autograd.set_multithreading_enabled(threads):
+        for _ in range(5):
+            optimizer.zero_grad()
+            optimizer_gpu.zero_grad()
+            loss = torch.nn.functional.cross_entropy(second(first(x).relu()), y)
+            hidden = first_gpu(x.cuda()).relu().to(GPU)
+            loss_gpu = torch.nn.functional.cross_entropy(second_gpu(hidden), y.to(GPU))
+            loss.backward()
+            loss_gpu.backward()
+            optimizer.step()
+            optimizer_gpu.step()
+            torch.testing.assert_close(loss_gpu.cpu(), loss.detach(), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(first_gpu.weight.detach().cpu(), first.weight.detach(), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(second_gpu.weight.detach().cpu(), second.weight.detach(), atol=1e-4, rtol=1e-4)

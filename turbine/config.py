@@ -88,6 +88,9 @@ class Config:
     background_compile: bool = True
     #: Compiler processes that may compile kernels at the same time (read at the first compile).
     compile_jobs: int = dataclasses.field(default_factory=lambda: len(os.sched_getaffinity(0)))
+    #: Keep torch's own CUDA autograd working beside turbine (eager/accelerator_fix.py). Read
+    #: once, at import.
+    fix_cuda_autograd: bool = True
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -110,6 +113,7 @@ class Config:
             runtime_flags=tuple(os.environ.get("TURBINE_RUNTIME_FLAGS", "").split()),
             background_compile=_env_bool("TURBINE_BACKGROUND_COMPILE", True),
             compile_jobs=_env_int("TURBINE_COMPILE_JOBS", len(os.sched_getaffinity(0)), "processes"),
+            fix_cuda_autograd=_env_bool("TURBINE_FIX_CUDA_AUTOGRAD", True),
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from turbine.device import registry
+from turbine.eager import accelerator_fix
 
 BACKEND = "turbine"
 
@@ -68,3 +69,4 @@ def register() -> None:
         return
     torch.utils.backend_registration._setup_privateuseone_for_python_backend(BACKEND, _BackendModule())
     torch.autograd.set_multithreading_enabled(False)
+    accelerator_fix.apply()  # naming PrivateUse1 broke torch's own CUDA autograd
