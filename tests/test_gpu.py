@@ -1,5 +1,8 @@
 """GPU checks; they run where IREE's cuda driver sees a device (the H200 device machine) and skip elsewhere."""
 
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -129,3 +132,36 @@ def test_a_model_half_on_torch_cuda_half_on_turbine_trains_like_the_cpu(threads)
             torch.testing.assert_close(loss_gpu.cpu(), loss.detach(), atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(first_gpu.weight.detach().cpu(), first.weight.detach(), atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(second_gpu.weight.detach().cpu(), second.weight.detach(), atol=1e-4, rtol=1e-4)
+
+
+def test_out_of_memory_names_the_op_and_the_gpu_runs_on():
+    with pytest.raises(torch.OutOfMemoryError, match="turbine:cuda0 is out of memory"):
+        torch.ones(1 << 40, device=GPU).cpu()  # 4 TiB
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    torch.testing.assert_close((a.to(GPU) @ b.to(GPU) + 1).relu().cpu(), (a @ b + 1).relu(), atol=1e-3, rtol=1e-3)
+
+
+def test_a_kernel_that_faults_says_the_gpu_is_lost():
+    """An index far out of bounds makes IREE's gather read an illegal address, which ends the CUDA
+    context: the read that meets it and every later use say so at once, and the process exits
+    with status 1 instead of hanging in the lost context's teardown (in a new process)."""
+    script = textwrap.dedent(f"""
+        import torch, turbine
+        from turbine.errors import DeviceLostError
+        x = torch.arange(10., device={GPU!r})
+        try:
+            torch.gather(x, 0, torch.tensor([1 << 30], device={GPU!r})).cpu()
+            raise AssertionError("the fault went unnoticed")
+        except DeviceLostError as error:
+            assert "is lost: a kernel faulted" in str(error), error
+        for later in (lambda: (x + 1).cpu(), lambda: torch.ones(3, device={GPU!r}).cpu()):
+            try:
+                later()
+                raise AssertionError("a lost device ran an op")
+            except DeviceLostError as error:
+                assert "restart the process" in str(error)
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    assert done.returncode == 1 and "turbine:cuda0 was lost; exiting without releasing it" in done.stderr

@@ -91,6 +91,9 @@ class Config:
     #: Keep torch's own CUDA autograd working beside turbine (eager/accelerator_fix.py). Read
     #: once, at import.
     fix_cuda_autograd: bool = True
+    #: Wait for each kernel as it is launched, so that a kernel that faults is reported by its own
+    #: op (like CUDA_LAUNCH_BLOCKING); slow, for finding such an op.
+    launch_blocking: bool = False
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -114,6 +117,7 @@ class Config:
             background_compile=_env_bool("TURBINE_BACKGROUND_COMPILE", True),
             compile_jobs=_env_int("TURBINE_COMPILE_JOBS", len(os.sched_getaffinity(0)), "processes"),
             fix_cuda_autograd=_env_bool("TURBINE_FIX_CUDA_AUTOGRAD", True),
+            launch_blocking=_env_bool("TURBINE_LAUNCH_BLOCKING", False),
         )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 
 class TurbineError(RuntimeError):
     """Base class of every error turbine raises on its own account."""
@@ -25,3 +27,16 @@ class CompileError(TurbineError):
 
 class UnsupportedOpError(TurbineError):
     """An op that no executor can run on a turbine device."""
+
+
+class DeviceError(TurbineError):
+    """A device could not do what an op asked of it (IREE's words are in the message)."""
+
+
+class OutOfMemoryError(DeviceError, torch.OutOfMemoryError):
+    """A device ran out of memory; ``except torch.OutOfMemoryError`` catches it as it catches CUDA's."""
+
+
+class DeviceLostError(DeviceError):
+    """The device faulted (a CUDA context that hit an illegal address cannot recover): every later
+    use of it raises this at once, naming the first failure."""

@@ -13,6 +13,7 @@ import numpy as np
 import iree.runtime as rt
 
 from turbine.counters import counters
+from turbine.device import failures
 
 _HOST_VISIBLE = int(rt.MemoryType.HOST_VISIBLE)
 
@@ -89,13 +90,18 @@ def _copy_in(device: "Device", array: np.ndarray) -> tuple[rt.HalBuffer, int]:  
     data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     if data.nbytes == 0:
         return device.allocate(1), 0
-    view = device.allocator.allocate_buffer_copy(
-        memory_type=rt.MemoryType.DEVICE_LOCAL,
-        allowed_usage=rt.BufferUsage.DEFAULT,
-        device=device.hal,
-        buffer=data,
-        element_type=rt.HalElementType.UINT_8,
-    )
+    if device.lost is not None:
+        raise failures.lost(device)
+    try:
+        view = device.allocator.allocate_buffer_copy(
+            memory_type=rt.MemoryType.DEVICE_LOCAL,
+            allowed_usage=rt.BufferUsage.DEFAULT,
+            device=device.hal,
+            buffer=data,
+            element_type=rt.HalElementType.UINT_8,
+        )
+    except RuntimeError as error:
+        raise failures.failure(device, error, f"copying {data.nbytes} bytes to it") from error
     return view.get_buffer(), data.nbytes
 
 
@@ -117,6 +123,8 @@ def upload_scalar(device: "Device", array: np.ndarray) -> Buffer:  # noqa: F821
 
 def download(buffer: Buffer, nbytes: int | None = None) -> np.ndarray:
     """Wait for the buffer and copy its first ``nbytes`` to a new host uint8 array (one counted transfer)."""
+    if buffer.device.lost is not None:  # its bytes may be anything once a kernel faulted
+        raise failures.lost(buffer.device)
     buffer.wait()
     nbytes = buffer.nbytes if nbytes is None else nbytes
     if nbytes == 0:

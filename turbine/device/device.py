@@ -11,6 +11,7 @@ from typing import Any
 
 import iree.runtime as rt
 
+from turbine.device import failures
 from turbine.device.names import DeviceSpec
 
 
@@ -64,6 +65,8 @@ class Device:
         self._stack: list[Device] = []
         #: Whether waits on this device poll (POLLED_WAITS), kernel calls included.
         self.polls_waits = spec.kind in POLLED_WAITS
+        #: Why the device can no longer run work (a kernel faulted), or None (device/failures.py).
+        self.lost: str | None = None
 
     def __repr__(self) -> str:
         return f"turbine.Device({self.name!r}, index={self.index})"
@@ -79,19 +82,27 @@ class Device:
     def settle(self, fence: rt.HalFence) -> None:
         """Block the host until ``fence`` is reached (raises if its work failed); by polling where
         the driver cannot take a blocking host wait (POLLED_WAITS)."""
-        if not self.polls_waits:
-            fence.wait()
-            return
-        while not fence.wait(timeout=0):
-            time.sleep(0)  # lets compile threads run meanwhile
+        if self.lost is not None:
+            raise failures.lost(self)
+        try:
+            if not self.polls_waits:
+                fence.wait()
+                return
+            while not fence.wait(timeout=0):
+                time.sleep(0)  # lets compile threads run meanwhile
+        except RuntimeError as error:
+            raise failures.failure(self, error, "while waiting for its work") from error
 
     def staging_copy(self, source: rt.HalBuffer, nbytes: int) -> rt.HalBuffer:
         """Copy device-local memory into a new host-visible buffer and wait for it."""
-        staging = self.allocator.allocate_buffer(
-            memory_type=rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE,
-            allowed_usage=rt.BufferUsage.TRANSFER | rt.BufferUsage.MAPPING,
-            allocation_size=max(nbytes, 1),
-        )
+        try:
+            staging = self.allocator.allocate_buffer(
+                memory_type=rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE,
+                allowed_usage=rt.BufferUsage.TRANSFER | rt.BufferUsage.MAPPING,
+                allocation_size=max(nbytes, 1),
+            )
+        except RuntimeError as error:
+            raise failures.failure(self, error, f"allocating {nbytes} bytes of host memory to read into") from error
         done = self.new_fence()
         self.hal.queue_copy(source, staging, rt.HalFence(0), done)
         self.settle(done)
@@ -99,9 +110,14 @@ class Device:
 
     def allocate(self, nbytes: int) -> rt.HalBuffer:
         """An uninitialised device buffer (what ``torch.empty`` gives)."""
-        return self.allocator.allocate_buffer(
-            memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT, allocation_size=max(nbytes, 1)
-        )
+        if self.lost is not None:
+            raise failures.lost(self)
+        try:
+            return self.allocator.allocate_buffer(
+                memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT, allocation_size=max(nbytes, 1)
+            )
+        except RuntimeError as error:
+            raise failures.failure(self, error, f"allocating {nbytes} bytes") from error
 
     # ``with turbine.device("turbine:cpu1"):`` makes this the device plain "turbine" means.
     def __enter__(self) -> "Device":

@@ -6,6 +6,7 @@ from typing import Any
 
 import iree.runtime as rt
 
+from turbine.device import failures
 from turbine.device.buffer import Buffer
 from turbine.device.device import Device
 from turbine.device.views import NO_WAIT
@@ -17,6 +18,8 @@ def export_capsule(buffer: Buffer, count: int, element_type: Any) -> Any:
     IREE's CUDA driver cannot export queue-ordered (pooled) allocations, which kernel results
     are: those are first copied into a plain allocation on the device, which it can export.
     """
+    if buffer.device.lost is not None:
+        raise failures.lost(buffer.device)
     buffer.wait()
     device = buffer.device
     flat = rt.HalBufferView(buffer.hal, [count], element_type)

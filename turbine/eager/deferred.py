@@ -127,7 +127,7 @@ class _Launch:
             views.append(tensor.buffer_view())
             if tensor._storage.buffer.ready is not None:
                 waits.append(tensor._storage.buffer.ready)
-        results = iter(plan.kernel.launch(views + self.scalar_views, join(waits)))
+        results = iter(plan.launch(views + self.scalar_views, join(waits)))
         for pending in self.outputs:
             if pending is not None:
                 buffer, _ = next(results)

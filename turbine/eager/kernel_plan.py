@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from turbine.device import Device, join
+from turbine.device import Buffer, BufferView, Device, join
 from turbine.eager import deferred, executors, fallback, runtime
 from turbine.eager.plans import STRUCTURES
 from turbine.eager.scalars import scalar_view
@@ -17,7 +17,8 @@ from turbine.eager.schema import schema_of
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DenseLayout, torch_device
 from turbine.eager.views import dense
-from turbine.errors import CompileError, UnsupportedOpError
+from turbine.config import config
+from turbine.errors import CompileError, DeviceError, UnsupportedOpError
 from turbine.kernels_cache import CompilingKernel, Kernel, kernel_cache
 
 
@@ -73,9 +74,21 @@ class KernelPlan:
                 waits.append(ready)
         if leaves.scalars:
             views += self._scalar_views(leaves)
-        results = iter(self.kernel.launch(views, join(waits)))
+        results = iter(self.launch(views, join(waits)))
         torch_device = self.torch_device
         return self.structure([None if layout is None else layout.make(*next(results), torch_device) for layout in self.outputs])
+
+    def launch(self, views: list, wait: Any) -> list[tuple[Buffer, BufferView]]:
+        """Enqueue the kernel (the deferred queue's launches come here too); a device's failure
+        names the op. Under ``TURBINE_LAUNCH_BLOCKING=1`` the host waits for the kernel, so that a
+        kernel that faults is named by its own op rather than by a later read."""
+        try:
+            results = self.kernel.launch(views, wait)
+            if config.launch_blocking and results:
+                self.device.settle(results[0][0].ready)
+        except DeviceError as error:
+            raise type(error)(f"{self.func}: {error}") from error
+        return results
 
     @property
     def executor(self) -> executors.Executor | None:

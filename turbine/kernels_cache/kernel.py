@@ -8,7 +8,7 @@ from typing import Callable
 import iree.runtime as rt
 
 from turbine.counters import counters
-from turbine.device import Buffer, Device
+from turbine.device import Buffer, Device, failures
 
 
 class LoadedModule:
@@ -21,8 +21,13 @@ class LoadedModule:
     __slots__ = ("context", "module")
 
     def __init__(self, device: Device, vmfb: bytes | memoryview) -> None:
+        if device.lost is not None:
+            raise failures.lost(device)
         self.module = _mapped(device, vmfb) or rt.VmModule.copy_buffer(device.instance, vmfb)
-        self.context = rt.VmContext(device.instance, [device.hal_module, self.module])
+        try:
+            self.context = rt.VmContext(device.instance, [device.hal_module, self.module])
+        except RuntimeError as error:
+            raise failures.failure(device, error, "loading a kernel") from error
 
 
 def _mapped(device: Device, vmfb: bytes | memoryview) -> rt.VmModule | None:
@@ -114,15 +119,21 @@ class Kernel:
     def _call(self, inputs: list[rt.HalBufferView], wait: rt.HalFence, signal: rt.HalFence) -> rt.VmVariantList:
         """One call of the entry point: the inputs, then the wait and signal fences (on a device
         whose waits poll, a wait fence reached first: the call may block on it, device.py)."""
-        if self.device.polls_waits:
-            self.device.settle(wait)
+        device = self.device
+        if device.lost is not None:
+            raise failures.lost(device)
+        if device.polls_waits:
+            device.settle(wait)
         args = rt.VmVariantList(len(inputs) + 2)
         for view in inputs:
             args.push_ref(view)
         args.push_ref(wait)
         args.push_ref(signal)
         results = rt.VmVariantList(4)
-        self.context.invoke(self.function, args, results)
+        try:
+            self.context.invoke(self.function, args, results)
+        except RuntimeError as error:
+            raise failures.failure(device, error, "running a kernel") from error
         return results
 
     def _copy(self, view: rt.HalBufferView, wait: rt.HalFence) -> tuple[rt.HalBufferView, rt.HalFence]:

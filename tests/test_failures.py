@@ -1,0 +1,109 @@
+"""A failure in one op stays in that op (issue 17, item 2): failures injected where IREE reports
+them (a kernel call, an allocation) raise an error that names the op and the device, and the
+device runs later ops correctly; a kernel that faults marks its device lost, and every later use
+says so at once. The real fault on the GPU is in test_gpu.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from checks import D
+from turbine.config import override
+from turbine.device import failures, open_device
+from turbine.eager import dispatch
+from turbine.eager.kernel_plan import KernelPlan
+from turbine.errors import DeviceError, DeviceLostError, OutOfMemoryError
+
+OUT_OF_MEMORY = "memory_pools.c:245: RESOURCE_EXHAUSTED; CUDA error 'CUDA_ERROR_OUT_OF_MEMORY' (2): out of memory"
+FAULT = "cuda_device.c:190: ABORTED; CUDA error 'CUDA_ERROR_ILLEGAL_ADDRESS' (700): an illegal memory access"
+
+
+class Failing:
+    """Stands in for an IREE object whose every call fails with IREE's words."""
+
+    def __init__(self, words: str) -> None:
+        self.words = words
+
+    def __getattr__(self, name: str):
+        def fail(*args, **kwargs):
+            raise RuntimeError(self.words)
+
+        return fail
+
+
+def kernel_of(func, device: str):
+    plans = [p for p in dispatch.plans().values() if isinstance(p, KernelPlan) and p.func is func]
+    plans = [p for p in plans if p.device.name == open_device(device).name and p.kernel is not None]
+    assert plans, f"no compiled kernel plan of {func} on {device}"
+    return plans[-1].kernel
+
+
+def test_a_kernel_out_of_memory_names_the_op_and_later_ops_run(monkeypatch):
+    xc = torch.randn(4, 5)
+    x = xc.to(D)
+    torch.testing.assert_close((x * 3).cpu(), xc * 3)
+    monkeypatch.setattr(kernel_of(torch.ops.aten.mul.Tensor, D), "context", Failing(OUT_OF_MEMORY))
+    with pytest.raises(torch.OutOfMemoryError, match=r"aten\.mul\.Tensor: .* is out of memory running a kernel"):
+        (x * 3).cpu()
+    monkeypatch.undo()
+    torch.testing.assert_close((x * 3).cpu(), xc * 3)
+    torch.testing.assert_close((x + 1).sin().cpu(), (xc + 1).sin())
+
+
+def test_a_failed_allocation_is_out_of_memory_and_later_allocations_work(monkeypatch):
+    device = open_device(D)
+    monkeypatch.setattr(device, "allocator", Failing(OUT_OF_MEMORY))
+    with pytest.raises(OutOfMemoryError, match="out of memory allocating 4000 bytes"):
+        torch.empty(1000, device=D)
+    with pytest.raises(OutOfMemoryError, match="copying 12 bytes to it"):
+        torch.tensor([1.0, 2.0, 3.0]).to(D)
+    monkeypatch.undo()
+    torch.testing.assert_close(torch.ones(1000, device=D).sum().cpu(), torch.tensor(1000.0))
+
+
+def test_another_kernel_failure_stays_in_its_op(monkeypatch):
+    xc = torch.randn(3, 2)
+    x = xc.to(D)
+    torch.testing.assert_close((x - 2).cpu(), xc - 2)
+    monkeypatch.setattr(kernel_of(torch.ops.aten.sub.Tensor, D), "context", Failing("INTERNAL; something broke"))
+    with pytest.raises(DeviceError, match=r"aten\.sub\.Tensor: .* failed running a kernel: INTERNAL; something broke"):
+        (x - 2).cpu()
+    monkeypatch.undo()
+    torch.testing.assert_close((x - 2).cpu(), xc - 2)
+
+
+def test_a_kernel_that_faults_marks_its_device_lost_and_other_devices_run_on(monkeypatch):
+    """On its own CPU device (turbine:cpu7), so that no other test meets a lost device."""
+    lost = "turbine:cpu7"
+    # Undone after the test: a process that lost a device exits with status 1 (failures.py).
+    monkeypatch.setattr(failures, "_lost_devices", [])
+    monkeypatch.setattr(open_device(lost), "lost", None)
+    xc = torch.randn(6)
+    x = xc.to(lost)
+    torch.testing.assert_close((x * 2).cpu(), xc * 2)
+    kernel = kernel_of(torch.ops.aten.mul.Tensor, lost)
+    real = kernel.context
+    kernel.context = Failing(FAULT)
+    with pytest.raises(DeviceLostError, match=r"aten\.mul\.Tensor: turbine:cpu7 is lost: a kernel faulted \(running a kernel: .*ILLEGAL_ADDRESS"):
+        x * 2
+    kernel.context = real  # the device is still lost: nothing runs on it
+    for later in (lambda: (x + 1).cpu(), lambda: x.cpu(), lambda: torch.ones(2, device=lost)):
+        with pytest.raises(DeviceLostError, match="restart the process"):
+            later()
+    torch.testing.assert_close((xc.to(D) * 2).cpu(), xc * 2)
+
+
+def test_launch_blocking_waits_for_each_kernel(monkeypatch):
+    waits = []
+    device = open_device(D)
+    settle = device.settle
+    monkeypatch.setattr(device, "settle", lambda fence: (waits.append(fence), settle(fence))[1])
+    xc = torch.randn(5)
+    x = xc.to(D)
+    (x * 5).cpu()
+    waits.clear()
+    with override(launch_blocking=True):
+        y = x * 5
+    assert waits, "no wait at the launch"
+    torch.testing.assert_close(y.cpu(), xc * 5)
