@@ -185,3 +185,20 @@ def test_tanh_gelu_gradient():
         expected = torch.ops.aten.gelu_backward(grad, x, approximate=approximate)
         actual = torch.ops.aten.gelu_backward(grad.to(D), x.to(D), approximate=approximate)
         torch.testing.assert_close(actual.cpu(), expected, rtol=0, atol=2e-5)
+
+
+def test_floats_convert_to_uint8_as_torch_converts_them():
+    """IREE converted floats to uint8 as to int8: 178.7 became 127."""
+    x = torch.tensor([0.0, 7.4, 127.9, 128.0, 178.7, 254.99, 255.0])
+    check(lambda t: t.byte(), x)
+    check(lambda t: t.to(torch.uint8), x.double())
+
+
+def test_rrelu_in_training_draws_torchs_slopes():
+    x = torch.randn(40)
+    torch.manual_seed(3)
+    expected = torch.nn.functional.rrelu(x, 0.1, 0.3, training=True)
+    torch.manual_seed(3)
+    actual = torch.nn.functional.rrelu(x.to(D), 0.1, 0.3, training=True)
+    torch.testing.assert_close(actual.cpu(), expected)
+    check(lambda t: torch.nn.functional.rrelu(t, 0.1, 0.3, training=False), x)

@@ -190,3 +190,13 @@ def test_eval_batch_norm_statistics_take_the_shape_rule():
     expected = torch.ops.aten.native_batch_norm(x, None, None, mean, var, False, 0.1, 1e-5)[0]
     torch.testing.assert_close(out.cpu(), expected)
     torch.testing.assert_close(saved_invstd.cpu(), torch.rsqrt(var + 1e-5))
+
+
+def test_native_batch_norm_legit_called_to_evaluate_gives_the_output_and_the_rules_statistics():
+    """``_native_batch_norm_legit(training=False)`` failed: its functional twin's shape rule says
+    [C] statistics and torch's CPU kernel, run as the fallback, gave [0]."""
+    x, mean, var = torch.randn(4, 3, 5), torch.randn(3), torch.rand(3) + 0.5
+    out, saved_mean, saved_invstd = torch.ops.aten._native_batch_norm_legit(x.to(D), None, None, mean.to(D), var.to(D), False, 0.1, 1e-5)
+    expected = torch.ops.aten._native_batch_norm_legit(x, None, None, mean, var, False, 0.1, 1e-5)[0]
+    torch.testing.assert_close(out.cpu(), expected)
+    assert saved_mean.shape == saved_invstd.shape == (3,)

@@ -20,6 +20,9 @@ def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
     target = kwargs.get("device")
     dtype = kwargs.get("dtype") or source.dtype
     if target is None or (target.type == "turbine" and target.index == source._storage.device.index):
+        if dtype == torch.uint8 and source.dtype.is_floating_point:
+            # IREE converts floats to uint8 as to int8 (178.7 gave 127): through int32, as torch's CPU does.
+            args = (aten._to_copy.default(source, dtype=torch.int32),) + tuple(args[1:])
         return Continue(args, {k: v for k, v in kwargs.items() if k != "device"})
     host_copy = to_host(source).to(dtype)
     if target.type == "cpu":

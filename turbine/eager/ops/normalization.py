@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from turbine.eager.registry import declare
+from turbine.eager.registry import Continue, declare
 from turbine.eager.tensor import empty
 
 aten = torch.ops.aten
@@ -34,6 +34,21 @@ def native_batch_norm(func: Any, args: tuple, kwargs: dict) -> tuple:
         if running_mean is None:
             return aten._native_batch_norm_legit.no_stats(input, weight, bias, True, momentum, eps)
         return aten._native_batch_norm_legit.default(input, weight, bias, running_mean, running_var, True, momentum, eps)
+    return _evaluate(input, weight, bias, running_mean, running_var, momentum, eps)
+
+
+def native_batch_norm_legit(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``_native_batch_norm_legit`` called with ``training=False`` evaluates; training goes on the
+    planned way (its functional twin, then the running statistics written)."""
+    input, weight, bias, running_mean, running_var, training, momentum, eps = _arguments(func, args, kwargs)
+    if training:
+        return Continue(args, kwargs)
+    return _evaluate(input, weight, bias, running_mean, running_var, momentum, eps)
+
+
+def _evaluate(input: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any, momentum: float, eps: float) -> tuple:
+    """Evaluation mode: the normalised input and saved statistics of the shape rule's [C] (as torch's
+    CUDA kernel gives; its CPU kernel gives empty ones)."""
     _require_statistics(running_mean, running_var)
     return aten._native_batch_norm_legit_no_training.default(input, weight, bias, running_mean, running_var, momentum, eps)
 
@@ -79,6 +94,12 @@ declare(
     "its schema hides that it writes the running statistics: routed by mode to the _native_batch_norm_legit "
     "overloads whose schemas say what they write",
     handler=native_batch_norm,
+)
+declare(
+    aten._native_batch_norm_legit.default,
+    "with training=False it evaluates (the _no_training overload): its functional twin's shape rule and torch's "
+    "CPU kernel disagree on the saved statistics' shape, which failed the call",
+    handler=native_batch_norm_legit,
 )
 declare(
     aten._batch_norm_with_update.default,

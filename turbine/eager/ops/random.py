@@ -8,7 +8,7 @@ import torch
 
 from turbine.counters import counters
 from turbine.eager import host
-from turbine.eager.registry import declare
+from turbine.eager.registry import Continue, declare
 from turbine.eager.transfer import to_device
 
 aten = torch.ops.aten
@@ -40,6 +40,16 @@ def _native_dropout(func: Any, args: tuple, kwargs: dict) -> Any:
     return input * (device_noise / keep), mask
 
 
+def _rrelu_with_noise(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Training-mode rrelu draws a slope per non-positive element from torch's CPU generator
+    (writing it into ``noise``): on the host, so a seed gives torch's CPU numbers. Evaluation
+    is deterministic and runs as a kernel."""
+    training = args[4] if len(args) > 4 else kwargs.get("training", False)
+    if not training:
+        return Continue(args, kwargs)
+    return _random(func, args, kwargs)
+
+
 RANDOM = [
     "uniform_.default", "normal_.default", "bernoulli_.float", "bernoulli_.Tensor", "bernoulli.default",
     "bernoulli.p", "random_.default", "random_.from", "random_.to", "exponential_.default", "geometric_.default",
@@ -53,4 +63,10 @@ declare(
     aten.native_dropout.default,
     "the noise is drawn on the host as torch's CPU dropout draws it (one upload); the arithmetic runs as kernels",
     handler=_native_dropout,
+)
+declare(
+    [aten.rrelu_with_noise.default, aten.rrelu_with_noise_.default, aten.rrelu_with_noise_functional.default],
+    "in training it draws its slopes from torch's CPU generator: run on the host, so a seed gives torch's "
+    "CPU numbers; in evaluation a kernel",
+    handler=_rrelu_with_noise,
 )
