@@ -202,3 +202,10 @@ def test_rrelu_in_training_draws_torchs_slopes():
     actual = torch.nn.functional.rrelu(x.to(D), 0.1, 0.3, training=True)
     torch.testing.assert_close(actual.cpu(), expected)
     check(lambda t: torch.nn.functional.rrelu(t, 0.1, 0.3, training=False), x)
+
+
+def test_hardtanh_of_integers_with_runtime_bounds_is_a_kernel():
+    """torch's reference hardtanh branches on integer bounds, which are runtime numbers here."""
+    check(lambda t: torch.nn.functional.hardtanh(t, -2, 3), torch.arange(-6, 6))
+    check(lambda t: torch.nn.functional.relu6(t * 2), torch.arange(-6, 6))
+    check(lambda t: torch.nn.functional.hardtanh(t, -0.5, 0.5), torch.tensor([float("nan"), -3.0, 0.25, 4.0]), equal_nan=True)

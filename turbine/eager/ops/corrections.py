@@ -6,7 +6,7 @@ the decompositions turbine adds to torch's for ops that torch's own decompositio
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -112,8 +112,14 @@ def _decomposed(op: torch._ops.OpOverload) -> Callable:
 _NAN_DROPPING = (
     _aten.maximum.default, _aten.minimum.default, _aten.max.other, _aten.min.other,
     _aten.clamp.default, _aten.clamp.Tensor, _aten.clamp_min.Tensor, _aten.clamp_max.Tensor,
-    _aten.clamp_min.default, _aten.clamp_max.default, _aten.hardtanh.default,
+    _aten.clamp_min.default, _aten.clamp_max.default,
 )
+
+
+def _hardtanh(x: torch.Tensor, min_val: Any = -1.0, max_val: Any = 1.0) -> torch.Tensor:
+    """hardtanh as clamp, NaN kept: torch's reference of it branches on the bounds' values for
+    integer inputs, which fails to trace once the bounds are runtime numbers."""
+    return _nan_propagating(_aten.clamp.default)(x, min_val, max_val)
 
 
 def _convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -130,6 +136,12 @@ declare(_aten.index_put.default, "IREE wrote negative indices outside the tensor
 declare(_aten.renorm.default, "a negative dim renormed the wrong slices", correction=_decomposed(_aten.renorm.default))
 for _op in _NAN_DROPPING:
     declare(_op, "IREE lowers min/max comparisons as selects that drop a NaN", correction=_nan_propagating(_op))
+declare(
+    _aten.hardtanh.default,
+    "traced as clamp, NaN kept: IREE drops NaN in min/max selects, and torch's reference branches on the "
+    "runtime bounds of integer inputs",
+    correction=_hardtanh,
+)
 for _op in (_aten.argmax.default, _aten.argmin.default):
     declare(_op, "IREE's skipped NaNs; torch's point at the first NaN", correction=_nan_first(_op))
 declare(

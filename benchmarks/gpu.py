@@ -1,0 +1,168 @@
+"""turbine on a GPU against torch CUDA, in one run (issue 17's table).
+
+    python benchmarks/gpu.py [--device turbine:cuda0] [--torch-device cuda] [--repeats 20] [--out FILE]
+
+Workloads: a chain of small adds (per op), a 4096x4096 float32 add (bandwidth), 4096^3 matmuls in
+float32, bfloat16 and float16 (TFLOP/s), a 3x3 convolution (64 -> 64 channels, 32x56x56), an MLP
+training step (1024-4096-1024, batch 256, AdamW) and an ``nn.TransformerEncoderLayer`` forward and
+backward (d_model 512, 8 heads, batch 16, sequence 128). Each is warmed up (its kernels compiled or
+loaded) and then timed ``--repeats`` times, torch and turbine taking turns; the table gives medians,
+the ratio turbine / torch (time, or torch / turbine for rates, so above 1 is always turbine slower),
+and which executors ran turbine's ops (``turbine.stats()['executors']``). Run it on the device
+machine with torch CUDA; on a CPU-only machine ``--device turbine:cpu --torch-device cpu`` checks
+that it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+import turbine
+
+
+def _wait(tensors: list[torch.Tensor], device: str) -> None:
+    """Until the tensors' work is done: torch's synchronize, or each turbine result's fence."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    for tensor in tensors:
+        if isinstance(tensor, turbine.DeviceTensor):
+            tensor._storage.buffer.wait()
+
+
+def chain(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
+    """1000 chained 256x256 adds."""
+    x = torch.randn(256, 256).to(device)
+
+    def run() -> list[torch.Tensor]:
+        y = x
+        for _ in range(1000):
+            y = y + x
+        return [y]
+
+    return run, 1000
+
+
+def big_add(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
+    a, b = torch.randn(4096, 4096).to(device), torch.randn(4096, 4096).to(device)
+    return lambda: [a + b], 1
+
+
+def matmul(dtype: torch.dtype) -> Callable[[str], tuple[Callable[[], list[torch.Tensor]], int]]:
+    def make(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
+        a, b = (torch.randn(4096, 4096).to(device, dtype) for _ in range(2))
+        return lambda: [a @ b], 1
+
+    return make
+
+
+def conv(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
+    x, w = torch.randn(32, 64, 56, 56).to(device), torch.randn(64, 64, 3, 3).to(device)
+    return lambda: [torch.nn.functional.conv2d(x, w, padding=1)], 1
+
+
+def mlp_step(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x, target = torch.randn(256, 1024).to(device), torch.randn(256, 1024).to(device)
+
+    def run() -> list[torch.Tensor]:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), target)
+        loss.backward()
+        optimizer.step()
+        return [loss, *model.parameters()]
+
+    return run, 1
+
+
+def encoder_layer(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(512, 8, batch_first=True, dropout=0.0).to(device)
+    x = torch.randn(16, 128, 512).to(device).requires_grad_()
+
+    def run() -> list[torch.Tensor]:
+        layer.zero_grad()
+        out = layer(x)
+        out.sum().backward()
+        return [out, x.grad, *(p.grad for p in layer.parameters())]
+
+    return run, 1
+
+
+#: name -> (maker, unit, work per call for a rate: bytes or flops; None for a time)
+WORKLOADS = {
+    "chained 256x256 add, per op": (chain, "us", None),
+    "4096x4096 float32 add": (big_add, "GB/s", 3 * 4096 * 4096 * 4),
+    "4096^3 matmul float32": (matmul(torch.float32), "TFLOP/s", 2 * 4096**3),
+    "4096^3 matmul bfloat16": (matmul(torch.bfloat16), "TFLOP/s", 2 * 4096**3),
+    "4096^3 matmul float16": (matmul(torch.float16), "TFLOP/s", 2 * 4096**3),
+    "conv2d 3x3 64->64, 32x56x56": (conv, "TFLOP/s", 2 * 32 * 64 * 56 * 56 * 64 * 9),
+    "MLP 1024-4096-1024 AdamW step": (mlp_step, "ms", None),
+    "TransformerEncoderLayer fwd+bwd": (encoder_layer, "ms", None),
+}
+
+
+def seconds(run: Callable[[], list[torch.Tensor]], device: str) -> float:
+    _wait([], device)
+    start = time.perf_counter()
+    _wait(run(), device)
+    return time.perf_counter() - start
+
+
+def value(median: float, unit: str, work: float | None, calls: int) -> float:
+    if unit == "us":
+        return median / calls * 1e6
+    if unit == "ms":
+        return median * 1e3
+    return work / median / (1e9 if unit == "GB/s" else 1e12)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="turbine:cuda0")
+    parser.add_argument("--torch-device", default="cuda")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--only", nargs="*", help="workload names (substrings) to run")
+    parser.add_argument("--out", help="also write the table to this file")
+    args = parser.parse_args()
+    lines = [
+        f"turbine ({args.device}) against torch ({args.torch_device}), torch {torch.__version__}; "
+        f"medians of {args.repeats} runs after a warm-up; ratio > 1: turbine slower",
+        "",
+        "| workload | torch | turbine | ratio | turbine's executors |",
+        "|---|---|---|---|---|",
+    ]
+    for name, (make, unit, work) in WORKLOADS.items():
+        if args.only and not any(part in name for part in args.only):
+            continue
+        reference, calls = make(args.torch_device)
+        ours, _ = make(args.device)
+        for run, device in ((reference, args.torch_device), (ours, args.device)):
+            for _ in range(2):
+                seconds(run, device)
+        turbine.reset_stats()
+        times: dict[str, list[float]] = {"torch": [], "turbine": []}
+        for _ in range(args.repeats):
+            times["torch"].append(seconds(reference, args.torch_device))
+            times["turbine"].append(seconds(ours, args.device))
+        executors = {k: v // args.repeats for k, v in turbine.stats()["executors"].items() if v}
+        theirs = value(statistics.median(times["torch"]), unit, work, calls)
+        mine = value(statistics.median(times["turbine"]), unit, work, calls)
+        ratio = theirs / mine if work is not None else mine / theirs
+        lines.append(f"| {name} | {theirs:.1f} {unit} | {mine:.1f} {unit} | {ratio:.2f} | {executors} |")
+        print(lines[-1], flush=True)
+    table = "\n".join(lines)
+    print("\n" + table)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
