@@ -5,6 +5,10 @@ says so at once. The real fault on the GPU is in test_gpu.py."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -107,3 +111,27 @@ def test_launch_blocking_waits_for_each_kernel(monkeypatch):
         y = x * 5
     assert waits, "no wait at the launch"
     torch.testing.assert_close(y.cpu(), xc * 5)
+
+
+@pytest.mark.slow
+def test_a_process_that_lost_a_device_exits_with_status_1_and_says_why():
+    """Releasing a lost CUDA context at exit hung; the exit handler leaves first (on a CPU device here)."""
+    script = textwrap.dedent(f"""
+        import torch, turbine
+        from turbine.device import open_device
+        from turbine.errors import DeviceLostError
+        x = torch.randn(4).to({D!r})
+        (x * 2).cpu()
+        class FaultedFence:  # what IREE's fence reports once a kernel faulted
+            def wait(self, timeout=None):
+                raise RuntimeError({FAULT!r})
+
+        try:
+            open_device({D!r}).settle(FaultedFence())
+        except DeviceLostError:
+            print("lost")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "lost", done.stderr[-3000:]
+    assert done.returncode == 1
+    assert "was lost; exiting without releasing it" in done.stderr

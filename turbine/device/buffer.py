@@ -90,8 +90,7 @@ def _copy_in(device: "Device", array: np.ndarray) -> tuple[rt.HalBuffer, int]:  
     data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     if data.nbytes == 0:
         return device.allocate(1), 0
-    if device.lost is not None:
-        raise failures.lost(device)
+    device.require_usable()
     try:
         view = device.allocator.allocate_buffer_copy(
             memory_type=rt.MemoryType.DEVICE_LOCAL,
@@ -123,8 +122,7 @@ def upload_scalar(device: "Device", array: np.ndarray) -> Buffer:  # noqa: F821
 
 def download(buffer: Buffer, nbytes: int | None = None) -> np.ndarray:
     """Wait for the buffer and copy its first ``nbytes`` to a new host uint8 array (one counted transfer)."""
-    if buffer.device.lost is not None:  # its bytes may be anything once a kernel faulted
-        raise failures.lost(buffer.device)
+    buffer.device.require_usable()  # its bytes may be anything once a kernel faulted
     buffer.wait()
     nbytes = buffer.nbytes if nbytes is None else nbytes
     if nbytes == 0:

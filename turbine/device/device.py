@@ -79,11 +79,15 @@ class Device:
         """
         return rt.HalFence.create_at(self.hal.create_semaphore(0), 1)
 
+    def require_usable(self) -> None:
+        """Raise DeviceLostError if a kernel faulted on this device (device/failures.py)."""
+        if self.lost is not None:
+            raise failures.lost(self)
+
     def settle(self, fence: rt.HalFence) -> None:
         """Block the host until ``fence`` is reached (raises if its work failed); by polling where
         the driver cannot take a blocking host wait (POLLED_WAITS)."""
-        if self.lost is not None:
-            raise failures.lost(self)
+        self.require_usable()
         try:
             if not self.polls_waits:
                 fence.wait()
@@ -110,8 +114,7 @@ class Device:
 
     def allocate(self, nbytes: int) -> rt.HalBuffer:
         """An uninitialised device buffer (what ``torch.empty`` gives)."""
-        if self.lost is not None:
-            raise failures.lost(self)
+        self.require_usable()
         try:
             return self.allocator.allocate_buffer(
                 memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT, allocation_size=max(nbytes, 1)

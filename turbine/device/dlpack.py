@@ -6,7 +6,6 @@ from typing import Any
 
 import iree.runtime as rt
 
-from turbine.device import failures
 from turbine.device.buffer import Buffer
 from turbine.device.device import Device
 from turbine.device.views import NO_WAIT
@@ -18,8 +17,7 @@ def export_capsule(buffer: Buffer, count: int, element_type: Any) -> Any:
     IREE's CUDA driver cannot export queue-ordered (pooled) allocations, which kernel results
     are: those are first copied into a plain allocation on the device, which it can export.
     """
-    if buffer.device.lost is not None:
-        raise failures.lost(buffer.device)
+    buffer.device.require_usable()
     buffer.wait()
     device = buffer.device
     flat = rt.HalBufferView(buffer.hal, [count], element_type)

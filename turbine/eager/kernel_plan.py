@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from turbine.config import config
 from turbine.device import Buffer, BufferView, Device, join
 from turbine.eager import deferred, executors, fallback, runtime
 from turbine.eager.plans import STRUCTURES
@@ -17,7 +18,6 @@ from turbine.eager.schema import schema_of
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DenseLayout, torch_device
 from turbine.eager.views import dense
-from turbine.config import config
 from turbine.errors import CompileError, DeviceError, UnsupportedOpError
 from turbine.kernels_cache import CompilingKernel, Kernel, kernel_cache
 

@@ -21,8 +21,7 @@ class LoadedModule:
     __slots__ = ("context", "module")
 
     def __init__(self, device: Device, vmfb: bytes | memoryview) -> None:
-        if device.lost is not None:
-            raise failures.lost(device)
+        device.require_usable()
         self.module = _mapped(device, vmfb) or rt.VmModule.copy_buffer(device.instance, vmfb)
         try:
             self.context = rt.VmContext(device.instance, [device.hal_module, self.module])
@@ -120,8 +119,7 @@ class Kernel:
         """One call of the entry point: the inputs, then the wait and signal fences (on a device
         whose waits poll, a wait fence reached first: the call may block on it, device.py)."""
         device = self.device
-        if device.lost is not None:
-            raise failures.lost(device)
+        device.require_usable()
         if device.polls_waits:
             device.settle(wait)
         args = rt.VmVariantList(len(inputs) + 2)

@@ -116,10 +116,13 @@ _NAN_DROPPING = (
 )
 
 
+_clamp_keeping_nan = _nan_propagating(_aten.clamp.default)
+
+
 def _hardtanh(x: torch.Tensor, min_val: Any = -1.0, max_val: Any = 1.0) -> torch.Tensor:
     """hardtanh as clamp, NaN kept: torch's reference of it branches on the bounds' values for
     integer inputs, which fails to trace once the bounds are runtime numbers."""
-    return _nan_propagating(_aten.clamp.default)(x, min_val, max_val)
+    return _clamp_keeping_nan(x, min_val, max_val)
 
 
 def _convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
