@@ -15,6 +15,9 @@ os.environ.setdefault("TURBINE_CACHE_DIR", tempfile.mkdtemp(prefix="turbine-test
 os.environ.setdefault("TURBINE_CACHE_BUNDLES", "0")
 # No saved plans either: tests count meta calls and plans (test_saved_plans.py turns them on).
 os.environ.setdefault("TURBINE_CACHE_PLANS", "0")
+# IREE's kernels alone: tests of ops test IREE's lowerings, which a vendor kernel chosen by timing
+# would hide on a GPU (test_vendor.py turns the vendor executor on).
+os.environ.setdefault("TURBINE_EXECUTORS", "iree")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

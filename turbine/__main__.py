@@ -77,7 +77,10 @@ def cache(args: argparse.Namespace) -> int:
         entries = list(store.entries())
         size, bundles = store.usage()
         print(f"{'directory':10} {store.root}")
-        print(f"{'entries':10} {len(entries)} kernels, {bundles} bundles, {len(store.failures())} failed signatures")
+        print(
+            f"{'entries':10} {len(entries)} kernels, {bundles} bundles, {len(store.failures())} failed signatures, "
+            f"{len(store.choices())} executor choices"
+        )
         print(f"{'bytes':10} {size} (limit {store.max_bytes}; kernels, their sources and bundles)")
         plans = store.plan_files()
         print(f"{'plans':10} {len(plans)} files, {sum(size for _, size in plans)} bytes (plans kept per device)")
@@ -89,6 +92,10 @@ def cache(args: argparse.Namespace) -> int:
         for entry in entries:
             seconds = entry["record"].get("compile_seconds", "?")
             print(f"{entry['bytes']:>8}  {_age(entry['last_used']):>9}  {seconds:>9}  {entry['op']}")
+        for choice in store.choices():
+            if not args.op or args.op in choice.get("op", ""):
+                times = ", ".join(f"{name} {us} us" for name, us in (choice.get("us") or {}).items())
+                print(f"{'chosen':>8}  {'':>9}  {'':>9}  {choice.get('op', '?')}: {choice.get('executor', '?')} ({choice.get('why', '')}{'; ' + times if times else ''})")
         for failure in store.failures():
             if not args.op or args.op in failure.get("op", ""):
                 print(f"{'failed':>8}  {'':>9}  {'':>9}  {failure.get('op', '?')}: {failure.get('error', '').splitlines()[0][:120]}")

@@ -94,6 +94,11 @@ class Config:
     #: Wait for each kernel as it is launched, so that a kernel that faults is reported by its own
     #: op (like CUDA_LAUNCH_BLOCKING); slow, for finding such an op.
     launch_blocking: bool = False
+    #: Which executors may run ops IREE can run too (eager/executors/vendor.py): "auto" (IREE's
+    #: kernels, and on GPUs torch's vendor kernels for matmuls, convolutions and attention
+    #: where timing both shows them faster), "iree" (IREE's kernels alone; torch's only as the
+    #: fallback policy's) or "all" (the vendor executor on every device torch runs, CPU too).
+    executors: str = "auto"
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -118,6 +123,7 @@ class Config:
             compile_jobs=_env_int("TURBINE_COMPILE_JOBS", len(os.sched_getaffinity(0)), "processes"),
             fix_cuda_autograd=_env_bool("TURBINE_FIX_CUDA_AUTOGRAD", True),
             launch_blocking=_env_bool("TURBINE_LAUNCH_BLOCKING", False),
+            executors=os.environ.get("TURBINE_EXECUTORS", "auto").strip() or "auto",
         )
 
 

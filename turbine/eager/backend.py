@@ -6,6 +6,7 @@ import torch
 
 from turbine.device import registry
 from turbine.eager import accelerator_fix
+from turbine.eager.ops import attention
 
 BACKEND = "turbine"
 
@@ -70,3 +71,4 @@ def register() -> None:
     torch.utils.backend_registration._setup_privateuseone_for_python_backend(BACKEND, _BackendModule())
     torch.autograd.set_multithreading_enabled(False)
     accelerator_fix.apply()  # naming PrivateUse1 broke torch's own CUDA autograd
+    attention.register_autograd_kernel()  # torch's fused attention kernels where the vendor runs

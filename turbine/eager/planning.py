@@ -2,7 +2,8 @@
 
 In order: an op that writes its arguments gets a mutation plan; one that returns a view of its
 input, a view plan; a call whose results are all empty, fresh allocations; a copy of a dense
-input, a new storage over its buffer; anything else, a kernel (eager/op_trace.py).
+input, a new storage over its buffer; anything else, a kernel (eager/op_trace.py), which for a
+call the vendor executor can run too goes inside a timed plan (eager/timed_plan.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from turbine.counters import counters
-from turbine.eager import registry
+from turbine.eager import executors, registry
 from turbine.eager.kernel_plan import KernelPlan
 from turbine.eager.meta import meta_call
 from turbine.eager.op_trace import kernel_plan, stored_kernel_plan
@@ -18,7 +19,8 @@ from turbine.eager.plans import EmptyPlan, MutationPlan, SharePlan, ViewPlan, la
 from turbine.eager.schema import OpSchema
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DeviceTensor, contiguous_strides
-from turbine.errors import UnsupportedOpError
+from turbine.eager.timed_plan import TimedPlan
+from turbine.errors import CompileError, UnsupportedOpError
 from turbine.kernels_cache import kernel_cache
 
 
@@ -31,7 +33,9 @@ def from_record(func: Any, schema: OpSchema, leaves: Leaves, record: tuple, run:
         kernel = kernel_cache.stored(signature, leaves.device, digest)
         if kernel is None:
             return None
-        plan: Callable = KernelPlan(func, leaves.device, kernel, signature, list(scalar_dtypes), layouts, structure)
+        plan: Callable = _timed_if_claimed(
+            func, leaves, KernelPlan(func, leaves.device, kernel, signature, list(scalar_dtypes), layouts, structure)
+        )
     elif kind == "view":
         plan = ViewPlan(record[1], record[2])
     elif kind == "mutation":
@@ -53,7 +57,7 @@ def build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: L
     if not schema.written and not schema.aliased_output:
         plan = stored_kernel_plan(func, leaves)
         if plan is not None:
-            return plan
+            return _timed_if_claimed(func, leaves, plan)
     meta_out = meta_call(func, schema, args, kwargs)
     if schema.written:
         return MutationPlan(func, schema, run)
@@ -64,7 +68,22 @@ def build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: L
         return EmptyPlan(leaves.device, layouts_of(metas), kind)
     if _shares_buffer(func, leaves, metas):
         return SharePlan(tuple(metas[0].shape))
-    return kernel_plan(func, schema, args, kwargs, leaves, meta_out)
+    if not _vendor_claims(func, leaves):
+        return kernel_plan(func, schema, args, kwargs, leaves, meta_out)
+    try:
+        return TimedPlan(func, leaves.device, kernel_plan(func, schema, args, kwargs, leaves, meta_out))
+    except (CompileError, UnsupportedOpError) as reason:
+        return TimedPlan(func, leaves.device, None, reason)
+
+
+def _vendor_claims(func: Any, leaves: Leaves) -> bool:
+    """Whether the vendor executor competes with IREE's kernel for this call (executors/vendor.py)."""
+    return executors.VENDOR.claims(func, leaves.device, [t.dtype for t in leaves.tensors])
+
+
+def _timed_if_claimed(func: Any, leaves: Leaves, plan: KernelPlan) -> Callable:
+    """A kernel plan, inside a timed plan where the vendor executor competes for the call."""
+    return TimedPlan(func, leaves.device, plan) if _vendor_claims(func, leaves) else plan
 
 
 def _shares_buffer(func: Any, leaves: Leaves, metas: list) -> bool:

@@ -47,6 +47,10 @@ class KernelStore(Protocol):
 
     def save_failure(self, digest: str, message: str, record: dict) -> None: ...
 
+    def load_choice(self, digest: str) -> dict | None: ...
+
+    def save_choice(self, digest: str, choice: dict) -> None: ...
+
     def save_source(self, digest: str, text: str) -> None: ...
 
     def load_bundle(self, digest: str) -> tuple[bytes | memoryview, dict] | None: ...
@@ -107,6 +111,7 @@ class KernelCache:
         self._unbundled: dict[tuple, None] = {}
         self._loaded: dict[tuple, Kernel] = {}
         self._failed: dict[tuple, CompileError] = {}
+        self._choices: dict[tuple, dict | None] = {}  # keep_choice's, and None for keys looked up in vain
         self._compiling: dict[tuple, threading.Event] = {}  # keys a thread is compiling now
         self._compilers: ThreadPoolExecutor | None = None  # threads of ``start``, made at first need
 
@@ -118,6 +123,7 @@ class KernelCache:
             self._unbundled.clear()
             self._loaded.clear()
             self._failed.clear()
+            self._choices.clear()
 
     def kernel(
         self,
@@ -279,6 +285,25 @@ class KernelCache:
             self._entries[key] = (module, record)
         if self.store is not None and not isinstance(module, Bundle):  # a bundle's members probe in each process
             self.store.save(digest_of(key), module, record)
+
+    def choice(self, signature: tuple, device: Device) -> dict | None:
+        """What was chosen for a signature on a device's target (``keep_choice``), or None."""
+        key = self._lookup(signature, device)[1]
+        with self._lock:
+            if key in self._choices:
+                return self._choices[key]
+        found = self.store.load_choice(digest_of(key)) if self.store is not None else None
+        with self._lock:
+            return self._choices.setdefault(key, found)
+
+    def keep_choice(self, signature: tuple, device: Device, choice: dict) -> None:
+        """Keep a choice made for a signature on a device's target (plain values: the eager
+        layer's executor and the times that chose it), in memory and on disk beside its kernel."""
+        key = self._lookup(signature, device)[1]
+        with self._lock:
+            self._choices[key] = choice
+        if self.store is not None:
+            self.store.save_choice(digest_of(key), choice)
 
     def _load_entry(self, key: tuple, digest: str | None = None) -> tuple[bytes | memoryview | Bundle, dict] | None:
         """The store's entry for a key (from a loaded bundle, else its file), kept in memory; or

@@ -11,6 +11,8 @@ Layout under the cache directory::
                                       (bundles.py), laid out as an entry; its record names
                                       each member's function, metadata and tied inputs
     failed/<digest>.json             a signature (or a bundle) that failed to compile
+    chosen/<digest>.json             what the eager layer chose for a signature: the executor
+                                      that runs it, and the times that chose it
     plans/<name>.plans               plans the eager layer keeps for a device (eager/saved_plans.py),
                                       laid out as an entry around the eager layer's bytes
 
@@ -115,6 +117,9 @@ class DiskStore:
     def _failure_path(self, digest: str) -> Path:
         return self.root / "failed" / f"{digest}.json"
 
+    def _choice_path(self, digest: str) -> Path:
+        return self.root / "chosen" / f"{digest}.json"
+
     # --- reading --------------------------------------------------------------------------
 
     def load(self, digest: str) -> tuple[memoryview, dict] | None:
@@ -172,6 +177,14 @@ class DiskStore:
         except (OSError, ValueError, KeyError):
             return None
 
+    def load_choice(self, digest: str) -> dict | None:
+        """What the eager layer chose for a signature (its executor), or None."""
+        try:
+            choice = json.loads(self._choice_path(digest).read_text())
+        except (OSError, ValueError):
+            return None
+        return choice if isinstance(choice, dict) else None
+
     # --- writing --------------------------------------------------------------------------
 
     def save(self, digest: str, module: bytes | memoryview, record: dict) -> dict:
@@ -216,6 +229,9 @@ class DiskStore:
 
     def save_failure(self, digest: str, message: str, record: dict) -> None:
         self._write(self._failure_path(digest), json.dumps(dict(record, error=message, created=_now())).encode())
+
+    def save_choice(self, digest: str, choice: dict) -> None:
+        self._write(self._choice_path(digest), json.dumps(dict(choice, created=_now())).encode())
 
     def _write(self, path: Path, data: bytes) -> bool:
         """Write atomically: a temporary file in the same directory, then a rename."""
@@ -315,6 +331,14 @@ class DiskStore:
         files = list(self._entry_files())
         return sum(size for _, size, _ in files), sum(path.endswith(".bundle") for path, _, _ in files)
 
+    def choices(self) -> list[dict]:
+        """Every kept choice, with its digest."""
+        found = []
+        for path in (self.root / "chosen").glob("*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                found.append(dict(json.loads(path.read_text()), digest=path.stem))
+        return found
+
     def failures(self) -> list[dict]:
         found = []
         for path in (self.root / "failed").glob("*.json"):
@@ -338,6 +362,8 @@ class DiskStore:
                 path.unlink()
                 count += path.suffix == ".kernel"
             for path in (self.root / "plans").glob("*.plans"):
+                path.unlink()
+            for path in (self.root / "chosen").glob("*.json"):
                 path.unlink()
         return count
 

@@ -35,14 +35,14 @@ class TorchKernel(Executor):
         the device) and the clone written back, so no buffer turbine handed out changes under it."""
 
         def shared(tensor: DeviceTensor, written: bool) -> torch.Tensor:
-            result = _torch_tensor(tensor)
+            result = shared_view(tensor)
             return result.clone() if written else result
 
         torch_device = torch.device("cuda", device.spec.ordinal) if device.kind == "cuda" else torch.device("cpu")
-        return host.run_with_torch(func, args, kwargs, shared, lambda result: _import(result, device), torch_device)
+        return host.run_with_torch(func, args, kwargs, shared, lambda result: adopt(result, device), torch_device)
 
 
-def _torch_tensor(tensor: DeviceTensor) -> torch.Tensor:
+def shared_view(tensor: DeviceTensor) -> torch.Tensor:
     """A torch tensor (CPU or CUDA) over the same memory as ``tensor``, after its producer finished."""
     storage = tensor._storage
     parts = STORAGE_ONLY.get(storage.dtype)  # complex storage crosses DLPack as its real parts
@@ -53,7 +53,7 @@ def _torch_tensor(tensor: DeviceTensor) -> torch.Tensor:
     return shared.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
 
-def _import(result: torch.Tensor, device: Device) -> DeviceTensor:
+def adopt(result: torch.Tensor, device: Device) -> DeviceTensor:
     """A torch result as a DeviceTensor: shared through DLPack when IREE accepts it, else uploaded."""
     if result.device.type == "cuda":
         torch.cuda.current_stream(result.device).synchronize()  # IREE reads it on its own streams

@@ -1,0 +1,228 @@
+"""The vendor executor (eager/executors/vendor.py) and the timed plan that chooses it (eager/timed_plan.py).
+
+On the CPU devices the vendor is torch's CPU kernel, under ``TURBINE_EXECUTORS=all``; on a GPU
+(``TURBINE_TEST_DEVICE=turbine:cuda0``) torch's CUDA kernels under the default ``auto``. The
+timings that choose are replaced where a test needs a given winner.
+"""
+
+from __future__ import annotations
+
+import copy
+import types
+import warnings
+
+import pytest
+import torch
+
+import turbine
+from turbine.config import override
+from turbine.eager import executors, planning, timed_plan
+from turbine.eager.dispatch import plans
+from turbine.eager.executors import vendor
+from turbine.eager.timed_plan import TimedPlan
+from turbine.errors import CompileError
+from checks import D
+from conftest import forget_memory
+
+aten = torch.ops.aten
+
+
+@pytest.fixture
+def vendor_on():
+    with override(executors="all"):
+        yield
+
+
+def winner(name: str, monkeypatch) -> None:
+    """Make timing find ``name`` faster (the timed plan times IREE's kernel, then the vendor's)."""
+    calls = []
+
+    def best(run):
+        calls.append(run)
+        timing_iree = len(calls) % 2 == 1
+        return (1.0 if (name == "iree") == timing_iree else 2.0), run()
+
+    monkeypatch.setattr(timed_plan, "_best", best)
+
+
+def timed_plans() -> list[TimedPlan]:
+    return [p for p in plans().values() if isinstance(p, TimedPlan)]
+
+
+def settle_compiles() -> None:
+    for plan in timed_plans():
+        if plan.kernel_plan is not None:
+            plan.kernel_plan.await_kernel()
+
+
+def test_the_switch_says_where_the_vendor_competes():
+    device = turbine.device(D)
+    with override(executors="iree"):
+        assert executors.VENDOR.cost(aten.mm.default, device) is None
+    with override(executors="all"):
+        assert executors.VENDOR.cost(aten.mm.default, device) == 1.0
+        assert executors.VENDOR.claims(aten.mm.default, device, [torch.float32, torch.float32])
+        assert not executors.VENDOR.claims(aten.mm.default, device, [torch.int64, torch.int64])  # no integer cuBLAS
+        assert executors.VENDOR.cost(aten.add.Tensor, device) is None  # elementwise ops stay IREE's
+        assert executors.VENDOR.cost(aten.mm.default, types.SimpleNamespace(kind="vulkan")) is None
+    with override(executors="auto"):
+        expected = 1.0 if device.kind == "cuda" else None  # on GPUs alone by default
+        assert executors.VENDOR.cost(aten.mm.default, device) == expected
+    with override(executors="cublas"):
+        with pytest.raises(ValueError, match="TURBINE_EXECUTORS .* choose one of auto, iree, all"):
+            executors.VENDOR.cost(aten.mm.default, device)
+
+
+def test_an_op_is_claimed_only_when_its_backward_stays_with_it(monkeypatch, vendor_on):
+    device = turbine.device(D)
+    assert executors.VENDOR.cost(aten.convolution.default, device) == 1.0
+    monkeypatch.setitem(vendor.GRADIENTS, aten.convolution.default, (aten.max_pool2d_with_indices_backward.default,))
+    assert executors.VENDOR.cost(aten.convolution.default, device) is None
+
+
+@pytest.mark.parametrize("faster", ["vendor", "iree"])
+def test_a_signature_runs_on_the_executor_timing_finds_faster(faster, monkeypatch, vendor_on, fresh_cache, stats):
+    a, b = torch.randn(48, 40), torch.randn(40, 24)
+    x, y = a.to(D), b.to(D)
+    winner(faster, monkeypatch)
+    with override(background_compile=False):
+        first = (x @ y).cpu()  # builds the plan, compiles the kernel, times both
+    results = [(x @ y).cpu() for _ in range(3)]
+    for result in [first, *results]:
+        torch.testing.assert_close(result, a @ b)
+    (plan,) = timed_plans()
+    assert plan.chosen == faster and plan.executor is {"vendor": executors.VENDOR, "iree": executors.IREE}[faster]
+    counts = stats()["executors"]
+    if faster == "vendor":
+        assert counts.get("vendor", 0) == 3  # the calls after the one that timed (and counts as IREE's)
+    else:
+        assert counts.get("vendor", 0) == 0 and counts["iree"] == 4
+    (kept,) = fresh_cache.choices()
+    assert kept["executor"] == faster and kept["op"] == "aten.mm.default(float32[48, 40], float32[40, 24])"
+
+
+def test_a_later_process_takes_the_choice_from_disk_without_timing(monkeypatch, vendor_on, fresh_cache, stats):
+    a, b = torch.randn(32, 32), torch.randn(32, 32)
+    winner("vendor", monkeypatch)
+    with override(background_compile=False):
+        (a.to(D) @ b.to(D)).cpu()
+    forget_memory()
+
+    def no_timing(run):
+        raise AssertionError("a kept choice was timed again")
+
+    monkeypatch.setattr(timed_plan, "_best", no_timing)
+    turbine.reset_stats()
+    torch.testing.assert_close((a.to(D) @ b.to(D)).cpu(), a @ b)
+    assert stats()["executors"].get("vendor") == 1
+    assert stats()["kernels_compiled"] == 0
+
+
+def test_calls_run_on_the_vendor_while_the_kernel_compiles(vendor_on, fresh_cache, stats):
+    a, b = torch.randn(24, 56), torch.randn(56, 8)
+    result = a.to(D) @ b.to(D)  # the kernel has just started compiling (hundreds of ms)
+    assert stats()["deferred_launches"] == 0 and stats()["executors"].get("vendor") == 1
+    torch.testing.assert_close(result.cpu(), a @ b)
+
+
+def test_a_kernel_that_does_not_compile_leaves_the_call_to_the_vendor(monkeypatch, vendor_on, fresh_cache, stats):
+    def fails(*args, **kwargs):
+        raise CompileError("IREE could not lower it (injected)")
+
+    monkeypatch.setattr(planning, "kernel_plan", fails)
+    a, b = torch.randn(3, 5, 7), torch.randn(3, 7, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the vendor is a choice, not a fallback: no warning
+        result = torch.bmm(a.to(D), b.to(D))
+    torch.testing.assert_close(result.cpu(), torch.bmm(a, b))
+    assert stats()["executors"].get("vendor") == 1 and not stats()["fallbacks"]
+    (plan,) = timed_plans()
+    with override(executors="iree"):  # IREE alone: the fallback policy runs what IREE cannot
+        assert plan.executor is executors.TORCH
+        with pytest.warns(turbine.TurbineFallbackWarning):
+            torch.bmm(a.to(D), b.to(D)).cpu()
+
+
+def test_executors_iree_turns_the_vendor_off_for_built_plans_too(monkeypatch, vendor_on, fresh_cache, stats):
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    winner("vendor", monkeypatch)
+    with override(background_compile=False):
+        (a.to(D) @ b.to(D)).cpu()
+    assert timed_plans()[0].chosen == "vendor"
+    turbine.reset_stats()
+    with override(executors="iree"):
+        torch.testing.assert_close((a.to(D) @ b.to(D)).cpu(), a @ b)
+        assert timed_plans()[0].executor is executors.IREE
+    assert stats()["executors"].get("vendor", 0) == 0 and stats()["executors"]["iree"] == 1
+    with override(executors="iree"):
+        forget_memory()
+        (a.to(D) @ b.to(D)).cpu()
+        assert not timed_plans()  # no plan is timed while the switch is off
+
+
+def test_training_through_vendor_kernels_matches_torch(monkeypatch, vendor_on, fresh_cache):
+    """A convolution and a linear layer forward and backward, with the vendor winning every timing."""
+    winner("vendor", monkeypatch)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 5))
+    ours = copy.deepcopy(model).to(D)
+    x = torch.randn(4, 3, 6, 6)
+    for _ in range(3):
+        for m, inp in ((model, x), (ours, x.to(D))):
+            m.zero_grad()
+            m(inp).square().mean().backward()
+    for p, q in zip(model.parameters(), ours.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5)
+    settle_compiles()
+    chosen = {str(p.func).split(".")[1]: p.chosen for p in timed_plans()}
+    assert {"convolution", "convolution_backward", "addmm", "mm"} <= set(chosen), chosen
+
+
+def _attention_case(**options):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8, requires_grad=True) for _ in range(3))
+    ours = [t.detach().to(D).requires_grad_() for t in (q, k, v)]
+    theirs_out = torch.nn.functional.scaled_dot_product_attention(q, k, v, **options)
+    dev_options = {n: (o.to(D) if isinstance(o, torch.Tensor) else o) for n, o in options.items()}
+    our_out = torch.nn.functional.scaled_dot_product_attention(*ours, **dev_options)
+    theirs_out.square().sum().backward()
+    our_out.square().sum().backward()
+    torch.testing.assert_close(our_out.cpu(), theirs_out, rtol=1e-4, atol=1e-5)
+    for a, b in zip(ours, (q, k, v)):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [{}, {"is_causal": True}, {"scale": 0.3}, {"attn_mask": "bool"}], ids=["plain", "causal", "scale", "mask"])
+def test_attention_runs_whole_on_the_vendor_forward_and_backward(options, vendor_on, stats):
+    if options.get("attn_mask") == "bool":
+        options = {"attn_mask": torch.rand(16, 16) > 0.3}
+    _attention_case(**options)
+    assert stats()["executors"].get("vendor") == 2  # the forward call and its backward
+    assert not any("softmax" in op for op in stats()["fallbacks"])
+
+
+def test_attention_is_torchs_math_on_iree_kernels_with_the_vendor_off(stats):
+    _attention_case(is_causal=True)
+    assert stats()["executors"].get("vendor", 0) == 0 and stats()["executors"]["iree"] > 0
+
+
+def test_attention_under_inference_mode_runs_on_the_vendor(vendor_on, stats):
+    q, k, v = (torch.randn(1, 2, 8, 4) for _ in range(3))
+    with torch.inference_mode():
+        out = torch.nn.functional.scaled_dot_product_attention(q.to(D), k.to(D), v.to(D))
+    torch.testing.assert_close(out.cpu(), torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    assert stats()["executors"].get("vendor") == 1
+
+
+def test_cache_list_shows_each_choice(monkeypatch, vendor_on, fresh_cache, capsys):
+    from turbine.__main__ import main
+
+    a = torch.randn(8, 8)
+    winner("iree", monkeypatch)
+    with override(background_compile=False):
+        (a.to(D) @ a.to(D)).cpu()
+    assert main(["cache", "list", "--dir", str(fresh_cache.root)]) == 0
+    listing = capsys.readouterr().out
+    assert "chosen" in listing and "aten.mm.default(float32[8, 8], float32[8, 8]): iree (timed" in listing
+    assert main(["cache", "info", "--dir", str(fresh_cache.root)]) == 0
+    assert "1 executor choices" in capsys.readouterr().out

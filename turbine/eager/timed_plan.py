@@ -1,0 +1,134 @@
+"""The timed plan: a signature two executors can run (IREE's kernel, the vendor's), run by the faster.
+
+The first call that finds the IREE kernel ready runs the call on each executor a few times and
+keeps the faster for the signature, in the kernel cache beside the kernel (on disk), so later
+processes do not time it again. Until the kernel has compiled, calls run on the vendor's
+kernel rather than wait for the compile; a kernel that does not compile leaves the signature
+to the vendor. ``TURBINE_EXECUTORS=iree`` turns the vendor off for every plan at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Callable
+
+from torch.utils._pytree import tree_leaves
+
+from turbine.config import config
+from turbine.counters import counters
+from turbine.device import Device
+from turbine.eager import executors, fallback, runtime
+from turbine.eager.kernel_plan import KernelPlan
+from turbine.eager.signature import Leaves
+from turbine.eager.tensor import DeviceTensor
+from turbine.kernels_cache import kernel_cache
+
+log = logging.getLogger("turbine")
+
+#: Timed runs of each executor, after one warm-up run; the best counts.
+RUNS = 3
+
+
+class TimedPlan:
+    """IREE's kernel plan (None where the kernel did not compile) and the vendor executor,
+    with the choice between them: ``chosen`` is the executor's name, or None until timed."""
+
+    def __init__(self, func: Any, device: Device, kernel_plan: KernelPlan | None, failure: Exception | None = None) -> None:
+        self.func = func
+        self.device = device
+        self.kernel_plan = kernel_plan
+        self.failure = failure  # why IREE cannot run it, where it cannot
+        self.chosen: str | None = None
+        self.times: dict[str, float] = {}
+        if kernel_plan is not None:
+            kept = kernel_cache.choice(kernel_plan.signature, device)
+            if kept is not None and kept.get("executor") in ("iree", "vendor"):
+                self.chosen = kept["executor"]
+                self.times = dict(kept.get("us") or {})
+        else:
+            self.chosen = executors.VENDOR.name
+
+    @property
+    def executor(self) -> executors.Executor | None:
+        """Who runs its calls now (the IREE plan's executor until the vendor is chosen)."""
+        if config.executors != "iree" and self.chosen == executors.VENDOR.name:
+            return executors.VENDOR
+        if self.kernel_plan is None:
+            return fallback.choose(self.func, self.device, runtime.state.fallback_policy)
+        return self.kernel_plan.executor
+
+    def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        if config.executors == "iree":  # switched off after the plan was built
+            return self._iree(leaves, args, kwargs)
+        if self.chosen == "vendor":
+            return self._vendor(args, kwargs)
+        if self.chosen == "iree":
+            return self.kernel_plan(leaves, args, kwargs)
+        plan = self.kernel_plan
+        if plan.compiling is not None and not plan.compiling.done():
+            return self._vendor(args, kwargs)  # rather than wait for the compile
+        plan.await_kernel()
+        if plan.failure is not None:
+            self._choose(leaves, "vendor", f"IREE's kernel did not compile: {str(plan.failure).splitlines()[0]}")
+            return self._vendor(args, kwargs)
+        return self._time(leaves, args, kwargs)
+
+    def _iree(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        if self.kernel_plan is None:
+            return fallback.run(self.func, args, kwargs, self.failure)
+        return self.kernel_plan(leaves, args, kwargs)
+
+    def _vendor(self, args: tuple, kwargs: dict) -> Any:
+        counters.executors[executors.VENDOR.name] += 1
+        return executors.VENDOR.run(self.func, args, kwargs, self.device)
+
+    def _time(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        """Run the call on both executors, keep the faster; returns the faster's results."""
+        launches = counters.dispatches
+        iree_us, result = _best(lambda: self.kernel_plan(leaves, args, kwargs))
+        counters.dispatches = launches + 1  # the timing runs count as one op
+        try:
+            vendor_us, _ = _best(lambda: executors.VENDOR.run(self.func, args, kwargs, self.device))
+        except Exception as error:  # torch has no kernel for it here (a dtype, a layout)
+            log.info("turbine: %s stays on IREE's kernel: torch's kernel failed (%s)", self.func, error)
+            self._choose(leaves, "iree", f"torch's kernel failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
+            return result
+        self.times = {"iree": round(iree_us, 1), "vendor": round(vendor_us, 1)}
+        self._choose(leaves, "vendor" if vendor_us < iree_us else "iree", "timed")
+        return result
+
+    def _choose(self, leaves: Leaves, name: str, why: str) -> None:
+        self.chosen = name
+        call = _describe(self.func, leaves)
+        log.info("turbine: %s on %s runs on %s (%s; us: %s)", call, self.device.name, name, why, self.times)
+        if self.kernel_plan is not None:
+            choice = {"op": call, "executor": name, "why": why, "us": self.times}
+            kernel_cache.keep_choice(self.kernel_plan.signature, self.device, choice)
+
+    def record(self) -> tuple | None:
+        """The kernel plan's record: a later process wraps it again (the choice is the kernel cache's)."""
+        return None if self.kernel_plan is None else self.kernel_plan.record()
+
+
+def _describe(func: Any, leaves: Leaves) -> str:
+    """``aten.mm.default(float32[64, 64], float32[64, 64])``: the call a choice was made for."""
+    inputs = ", ".join(f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}" for t in leaves.tensors)
+    return f"{func}({inputs})"
+
+
+def _best(run: Callable[[], Any]) -> tuple[float, Any]:
+    """The fastest of ``RUNS`` runs after a warm-up, in microseconds, each until its results
+    are ready; and the last run's results."""
+    best = math.inf
+    result = None
+    for attempt in range(RUNS + 1):
+        start = time.perf_counter()
+        result = run()
+        for tensor in tree_leaves(result):
+            if isinstance(tensor, DeviceTensor):
+                tensor._storage.buffer.wait()
+        if attempt:
+            best = min(best, (time.perf_counter() - start) * 1e6)
+    return best, result
