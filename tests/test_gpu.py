@@ -1,5 +1,6 @@
 """GPU checks; they run where IREE's cuda driver sees a device (the H200 device machine) and skip elsewhere."""
 
+import copy
 import subprocess
 import sys
 import textwrap
@@ -165,3 +166,64 @@ def test_a_kernel_that_faults_says_the_gpu_is_lost():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
     assert done.stdout.strip().endswith("ok"), done.stderr[-3000:]
     assert done.returncode == 1 and "turbine:cuda0 was lost; exiting without releasing it" in done.stderr
+
+
+@pytest.fixture
+def vendor_wins(monkeypatch):
+    """The vendor executor on (the suite runs IREE alone), and every timing won by it."""
+    from turbine.config import override
+    from turbine.eager import timed_plan
+
+    calls = []
+
+    def best(run):
+        calls.append(run)
+        return (2.0 if len(calls) % 2 else 1.0), run()
+
+    monkeypatch.setattr(timed_plan, "_best", best)
+    with override(executors="auto"):
+        yield
+
+
+def test_vendor_and_iree_kernels_take_turns_without_host_waits(vendor_wins, stats):
+    """IREE's kernel, torch's cuBLAS on its result, IREE's again, cuBLAS again: each reads what the
+    other wrote, in order (torch's stream is waited for only where IREE reads torch's memory)."""
+    x, w1, w2 = torch.randn(64, 128), torch.randn(128, 96), torch.randn(96, 32)
+    y = torch.relu((x.to(GPU) * 2) @ w1.to(GPU)) @ w2.to(GPU) + 1
+    torch.testing.assert_close(y.cpu(), torch.relu((x * 2) @ w1) @ w2 + 1, atol=1e-3, rtol=1e-3)
+    assert stats()["executors"].get("vendor", 0) >= 1
+
+
+def test_a_vendor_result_read_on_another_torch_stream(vendor_wins):
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    ad, bd = a.to(GPU), b.to(GPU)
+    (ad @ bd).cpu()  # times and chooses
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        product = ad @ bd
+    torch.testing.assert_close((product @ bd).cpu(), (a @ b) @ b, atol=1e-2, rtol=1e-3)
+
+
+def test_timing_chooses_between_cublas_and_iree_for_a_real_matmul(stats):
+    from turbine.config import override
+    from turbine.eager.dispatch import plans
+    from turbine.eager.timed_plan import TimedPlan
+
+    a, b = torch.randn(512, 512, dtype=torch.bfloat16), torch.randn(512, 512, dtype=torch.bfloat16)
+    with override(executors="auto", background_compile=False):
+        result = (a.to(GPU) @ b.to(GPU)).cpu()
+        (plan,) = [p for p in plans().values() if isinstance(p, TimedPlan) and "512" in str(p.kernel_plan.signature)]
+    torch.testing.assert_close(result.float(), (a.float() @ b.float()), atol=0.5, rtol=2e-2)
+    assert plan.chosen in ("iree", "vendor") and set(plan.times) == {"iree", "vendor"}
+
+
+def test_attention_trains_on_torchs_fused_kernels(vendor_wins, stats):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, batch_first=True, dropout=0.0)
+    ours = copy.deepcopy(layer).to(GPU)
+    x = torch.randn(2, 16, 64)
+    for module, inp in ((layer, x), (ours, x.to(GPU))):
+        module(inp).square().mean().backward()
+    for p, q in zip(layer.parameters(), ours.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, atol=1e-4, rtol=1e-3)
+    assert stats()["executors"].get("vendor", 0) >= 2 + 4  # attention forward and backward, and matmuls

@@ -21,7 +21,7 @@ _HOST_VISIBLE = int(rt.MemoryType.HOST_VISIBLE)
 class Buffer:
     """A HAL buffer on one device plus the fence that signals when its contents are valid."""
 
-    __slots__ = ("device", "hal", "nbytes", "ready")
+    __slots__ = ("device", "hal", "nbytes", "ready", "shared")
 
     #: Whether the buffer waits for a kernel that is still compiling (PendingBuffer).
     pending = False
@@ -33,6 +33,9 @@ class Buffer:
         self.hal = hal
         self.nbytes = hal.byte_length() if nbytes is None else nbytes
         self.ready = ready
+        #: Another library's view of the same memory, once one was made (eager's torch tensor
+        #: through DLPack): kept with the buffer, since its contents never change.
+        self.shared = None
 
     def wait(self) -> None:
         """Block the host until the buffer's producer finished (a failed kernel raises here)."""
@@ -56,6 +59,7 @@ class PendingBuffer(Buffer):
         self.device = device
         self.nbytes = nbytes
         self.resolve: Callable[[], None] | None = resolve
+        self.shared = None
         #: Why the launch failed (it stays pending, and ``resolve`` raises this), else None.
         self.error: BaseException | None = None
         self._hal = self._ready = None

@@ -13,6 +13,7 @@ import iree.runtime as rt
 
 from turbine.device import failures
 from turbine.device.names import DeviceSpec
+from turbine.errors import OutOfMemoryError
 
 
 #: Options a device takes as keyword arguments when opened, with what each means.
@@ -115,6 +116,13 @@ class Device:
     def allocate(self, nbytes: int) -> rt.HalBuffer:
         """An uninitialised device buffer (what ``torch.empty`` gives)."""
         self.require_usable()
+        try:
+            return self._allocate(nbytes)
+        except OutOfMemoryError:
+            self.allocator.trim()  # hand the caching allocator's free blocks back, then try once more
+            return self._allocate(nbytes)
+
+    def _allocate(self, nbytes: int) -> rt.HalBuffer:
         try:
             return self.allocator.allocate_buffer(
                 memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT, allocation_size=max(nbytes, 1)

@@ -2,8 +2,12 @@
 
 torch's CPU kernels for ``turbine:cpu*``, torch's CUDA kernels for ``turbine:cuda*`` where torch
 has CUDA; no byte is copied either way where IREE and torch accept each other's memory. It is
-the ``device`` fallback policy's executor, and the shape a GPU vendor executor (cuBLAS, cuDNN)
-takes: the same memory sharing, chosen by cost.
+the ``device`` fallback policy's executor, and the base of the GPU vendor executor (vendor.py).
+
+Sharing costs about 20 us a buffer each way on an H200 (DLPack capsules, IREE's import), so a
+buffer's torch tensor is made once and kept with it, and a result torch computed stays torch's
+memory until IREE needs it (:class:`TorchBuffer`): a torch op that reads it next takes it as it
+is, ordered by torch's stream, with no host wait.
 """
 
 from __future__ import annotations
@@ -12,12 +16,11 @@ from typing import Any
 
 import torch
 
-from turbine.device import Device, export_capsule, import_capsule
+from turbine.device import Buffer, Device, export_capsule, import_capsule
 from turbine.eager import host
 from turbine.eager.dtypes import ELEMENT_TYPES, STORAGE_ONLY
 from turbine.eager.executors.base import Executor
 from turbine.eager.tensor import DeviceTensor, Storage
-from turbine.eager.transfer import to_device
 
 
 class TorchKernel(Executor):
@@ -38,32 +41,82 @@ class TorchKernel(Executor):
             result = shared_view(tensor)
             return result.clone() if written else result
 
-        torch_device = torch.device("cuda", device.spec.ordinal) if device.kind == "cuda" else torch.device("cpu")
-        return host.run_with_torch(func, args, kwargs, shared, lambda result: adopt(result, device), torch_device)
+        return host.run_with_torch(func, args, kwargs, shared, lambda result: adopt(result, device), torch_device(device))
+
+
+def torch_device(device: Device) -> torch.device:
+    """The torch device whose kernels run on ``device``'s memory."""
+    return torch.device("cuda", device.spec.ordinal) if device.kind == "cuda" else torch.device("cpu")
+
+
+class TorchBuffer(Buffer):
+    """A result torch computed, left in torch's memory until IREE needs it.
+
+    ``shared`` is the torch tensor (dense; complex as its real parts). Reading ``hal`` (a kernel's
+    input, a read, a copy) first waits for torch's stream, then imports the memory through DLPack
+    without a copy; torch ops that read it meanwhile use ``shared`` directly.
+    """
+
+    __slots__ = ("_hal", "stream")
+
+    def __init__(self, device: Device, tensor: torch.Tensor) -> None:
+        self.device = device
+        self.shared = tensor
+        self.nbytes = tensor.numel() * tensor.element_size()
+        self.stream = torch.cuda.current_stream(tensor.device) if tensor.is_cuda else None
+        self._hal = None
+
+    def wait(self) -> None:
+        """Block the host until torch's stream finished the tensor."""
+        if self.stream is not None:
+            self.stream.synchronize()
+            self.stream = None
+
+    @property
+    def ready(self) -> None:
+        """Never an IREE fence: ``hal`` waits for torch before IREE sees the memory."""
+        return None
+
+    @ready.setter
+    def ready(self, fence: Any) -> None:
+        if fence is not None:
+            raise ValueError("a torch result's buffer has no IREE fence")
+
+    @property
+    def hal(self) -> Any:
+        if self._hal is None:
+            self.wait()  # IREE reads it on its own streams
+            try:
+                self._hal = import_capsule(self.device, torch.utils.dlpack.to_dlpack(self.shared))[0].hal
+            except Exception:  # IREE refuses the pointer (misaligned): a fresh torch copy it accepts
+                self.shared = self.shared.clone()
+                self._hal = import_capsule(self.device, torch.utils.dlpack.to_dlpack(self.shared))[0].hal
+        return self._hal
 
 
 def shared_view(tensor: DeviceTensor) -> torch.Tensor:
-    """A torch tensor (CPU or CUDA) over the same memory as ``tensor``, after its producer finished."""
+    """A torch tensor (CPU or CUDA) over the same memory as ``tensor``, once its producer finished
+    (on the calling thread's torch stream, for a tensor torch made)."""
     storage = tensor._storage
+    buffer = storage.buffer
     parts = STORAGE_ONLY.get(storage.dtype)  # complex storage crosses DLPack as its real parts
-    count = storage.numel * (2 if parts else 1)
-    shared = torch.from_dlpack(export_capsule(storage.buffer, count, ELEMENT_TYPES[parts or storage.dtype]))
+    flat = buffer.shared
+    if flat is None:
+        count = storage.numel * (2 if parts else 1)
+        flat = buffer.shared = torch.from_dlpack(export_capsule(buffer, count, ELEMENT_TYPES[parts or storage.dtype]))
+    elif isinstance(buffer, TorchBuffer) and buffer.stream is not None:
+        current = torch.cuda.current_stream(flat.device)
+        if current != buffer.stream:
+            current.wait_stream(buffer.stream)
     if parts:
-        shared = torch.view_as_complex(shared.view(-1, 2))
-    return shared.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+        flat = torch.view_as_complex(flat.view(-1, 2))
+    return flat.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
 
 def adopt(result: torch.Tensor, device: Device) -> DeviceTensor:
-    """A torch result as a DeviceTensor: shared through DLPack when IREE accepts it, else uploaded."""
-    if result.device.type == "cuda":
-        torch.cuda.current_stream(result.device).synchronize()  # IREE reads it on its own streams
+    """A torch result as a DeviceTensor over the same memory (IREE takes it when it needs it)."""
     dense = result.resolve_conj().resolve_neg().contiguous()  # torch's lazy conj/neg bits, made real
-    parts = dense.dtype in STORAGE_ONLY
-    try:
-        buffer, view = import_capsule(device, torch.utils.dlpack.to_dlpack(torch.view_as_real(dense) if parts else dense))
-    except Exception:  # misaligned or an odd layout: copy it (a counted transfer)
-        return to_device(dense.cpu(), device)
-    tensor = DeviceTensor(Storage(device, dense.dtype, dense.numel(), buffer), tuple(dense.shape))
-    if not parts:
-        tensor._view_cache = (buffer, view)
-    return tensor
+    flat = (torch.view_as_real(dense) if dense.dtype in STORAGE_ONLY else dense).reshape(-1)
+    if flat.storage_offset():  # views of the buffer count their offsets from its start
+        flat = flat.clone()
+    return DeviceTensor(Storage(device, dense.dtype, dense.numel(), TorchBuffer(device, flat)), tuple(dense.shape))

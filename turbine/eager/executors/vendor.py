@@ -18,7 +18,8 @@ import torch
 
 from turbine.config import config
 from turbine.device import Device
-from turbine.eager.executors.torch_kernel import TorchKernel
+from turbine.eager.executors.torch_kernel import TorchKernel, adopt, shared_view
+from turbine.eager.tensor import DeviceTensor
 
 aten = torch.ops.aten
 
@@ -70,6 +71,16 @@ class VendorKernel(TorchKernel):
         if any(op not in GRADIENTS for op in gradient):
             return None  # its backward would leave the vendor's kernels for an op it cannot run
         return 1.0
+
+    def run(self, func: Any, args: tuple, kwargs: dict, device: Device | None) -> Any:
+        """The op on torch tensors over the arguments' memory (its ops write no argument, and take
+        tensors only as flat arguments: no tree walk)."""
+        torch_args = [shared_view(a) if isinstance(a, DeviceTensor) else a for a in args]
+        torch_kwargs = {k: shared_view(v) if isinstance(v, DeviceTensor) else v for k, v in kwargs.items()}
+        result = func(*torch_args, **torch_kwargs)
+        if isinstance(result, torch.Tensor):
+            return adopt(result, device)
+        return tuple(None if r is None else adopt(r, device) for r in result)
 
     def claims(self, func: Any, device: Device | None, dtypes: list[torch.dtype]) -> bool:
         """Whether it competes for a call of ``func`` whose tensors have ``dtypes``: floating
