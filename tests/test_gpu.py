@@ -227,3 +227,23 @@ def test_attention_trains_on_torchs_fused_kernels(vendor_wins, stats):
     for p, q in zip(layer.parameters(), ours.parameters()):
         torch.testing.assert_close(q.grad.cpu(), p.grad, atol=1e-4, rtol=1e-3)
     assert stats()["executors"].get("vendor", 0) >= 2 + 4  # attention forward and backward, and matmuls
+
+
+def test_a_thread_that_did_not_open_the_gpu_compiles_and_loads_kernels():
+    """IREE makes the CUDA context current only on the thread that opened the device; kernels
+    first loaded on another thread (autograd's, a user's) must work too."""
+    x = torch.randn(7, 3)
+    xd = x.to(GPU)
+    found = {}
+
+    def work():
+        try:
+            found["result"] = (torch.special.expit(xd * 1.25) - 0.5).cpu()  # ops no test ran before
+        except BaseException as error:  # reported in the main thread
+            found["error"] = error
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(timeout=300)
+    assert "error" not in found, found.get("error")
+    torch.testing.assert_close(found["result"], torch.special.expit(x * 1.25) - 0.5)

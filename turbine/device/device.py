@@ -5,13 +5,14 @@ This layer knows nothing of torch ops; eager/ maps each Device to a ``torch.devi
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any
 
 import iree.runtime as rt
 
-from turbine.device import failures
+from turbine.device import cuda_context, failures
 from turbine.device.names import DeviceSpec
 from turbine.errors import OutOfMemoryError
 
@@ -68,6 +69,14 @@ class Device:
         self.polls_waits = spec.kind in POLLED_WAITS
         #: Why the device can no longer run work (a kernel faulted), or None (device/failures.py).
         self.lost: str | None = None
+        #: The CUDA context IREE made current when it opened the device (device/cuda_context.py).
+        self._cuda_context = cuda_context.current() if spec.kind == "cuda" else None
+
+    def make_current(self) -> None:
+        """Make the device's CUDA context current on the calling thread, where IREE does not
+        (loading a kernel); nothing for other kinds of device."""
+        if self._cuda_context is not None:
+            cuda_context.make_current(self._cuda_context)
 
     def __repr__(self) -> str:
         return f"turbine.Device({self.name!r}, index={self.index})"
@@ -119,7 +128,8 @@ class Device:
         try:
             return self._allocate(nbytes)
         except OutOfMemoryError:
-            self.allocator.trim()  # hand the caching allocator's free blocks back, then try once more
+            with contextlib.suppress(RuntimeError):
+                self.allocator.trim()  # hand the caching allocator's free blocks back, then try once more
             return self._allocate(nbytes)
 
     def _allocate(self, nbytes: int) -> rt.HalBuffer:

@@ -22,6 +22,7 @@ class LoadedModule:
 
     def __init__(self, device: Device, vmfb: bytes | memoryview) -> None:
         device.require_usable()
+        device.make_current()  # IREE loads a module on the calling thread's CUDA context
         self.module = _mapped(device, vmfb) or rt.VmModule.copy_buffer(device.instance, vmfb)
         try:
             self.context = rt.VmContext(device.instance, [device.hal_module, self.module])
