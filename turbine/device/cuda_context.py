@@ -1,10 +1,11 @@
 """Making a CUDA device's context current on the calling thread.
 
 IREE's CUDA driver makes the device's (primary) context current on the thread that opens the
-device, and sets it itself for most calls, but not for loading a module: a kernel loaded on
-another thread (autograd's worker threads run backward ops; a user's threads) failed with
+device, and sets it itself for queue work, but not when it allocates or loads a module: on
+another thread (autograd's worker threads run backward ops; a user's threads) both failed with
 CUDA_ERROR_INVALID_CONTEXT. The context is read once where IREE left it current and made current
-before each load, through the CUDA driver library IREE itself uses.
+at each use of the device (Device.require_usable), through the CUDA driver library IREE uses.
+Setting it costs well under a microsecond.
 """
 
 from __future__ import annotations

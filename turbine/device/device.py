@@ -72,11 +72,6 @@ class Device:
         #: The CUDA context IREE made current when it opened the device (device/cuda_context.py).
         self._cuda_context = cuda_context.current() if spec.kind == "cuda" else None
 
-    def make_current(self) -> None:
-        """Make the device's CUDA context current on the calling thread, where IREE does not
-        (loading a kernel); nothing for other kinds of device."""
-        if self._cuda_context is not None:
-            cuda_context.make_current(self._cuda_context)
 
     def __repr__(self) -> str:
         return f"turbine.Device({self.name!r}, index={self.index})"
@@ -90,9 +85,13 @@ class Device:
         return rt.HalFence.create_at(self.hal.create_semaphore(0), 1)
 
     def require_usable(self) -> None:
-        """Raise DeviceLostError if a kernel faulted on this device (device/failures.py)."""
+        """Raise DeviceLostError if a kernel faulted on this device (device/failures.py); else make
+        its CUDA context current on the calling thread, which IREE's CUDA driver assumes when it
+        allocates or loads a kernel (device/cuda_context.py). Every use of the device starts here."""
         if self.lost is not None:
             raise failures.lost(self)
+        if self._cuda_context is not None:
+            cuda_context.make_current(self._cuda_context)
 
     def settle(self, fence: rt.HalFence) -> None:
         """Block the host until ``fence`` is reached (raises if its work failed); by polling where
@@ -109,6 +108,7 @@ class Device:
 
     def staging_copy(self, source: rt.HalBuffer, nbytes: int) -> rt.HalBuffer:
         """Copy device-local memory into a new host-visible buffer and wait for it."""
+        self.require_usable()
         try:
             staging = self.allocator.allocate_buffer(
                 memory_type=rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE,

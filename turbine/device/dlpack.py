@@ -35,5 +35,6 @@ def export_capsule(buffer: Buffer, count: int, element_type: Any) -> Any:
 def import_capsule(device: Device, capsule: Any) -> tuple[Buffer, rt.HalBufferView]:
     """A DLPack capsule's memory as a Buffer of ``device`` (no copy) and its buffer view;
     raises where IREE does not accept it (misaligned, an odd layout)."""
+    device.require_usable()
     view = device.hal.from_dlpack_capsule(capsule)
     return Buffer(device, view.get_buffer()), view

@@ -22,7 +22,6 @@ class LoadedModule:
 
     def __init__(self, device: Device, vmfb: bytes | memoryview) -> None:
         device.require_usable()
-        device.make_current()  # IREE loads a module on the calling thread's CUDA context
         self.module = _mapped(device, vmfb) or rt.VmModule.copy_buffer(device.instance, vmfb)
         try:
             self.context = rt.VmContext(device.instance, [device.hal_module, self.module])
@@ -111,6 +110,7 @@ class Kernel:
         Returns each result as a Buffer (ready when the kernel is done) with its buffer view.
         """
         device = self.device
+        device.require_usable()  # before the fence: its semaphore is made on the device's context
         results, ready = self.invoke(views, wait, device.new_fence())
         counters.dispatches += 1
         outputs = [results.get_as_object(index, rt.HalBufferView) for index in range(results.size)]
