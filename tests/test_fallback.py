@@ -37,6 +37,25 @@ def test_op_without_lowering_runs_under_each_policy(policy, stats):
     assert stats()["executors"][{"device": "torch", "host": "host"}[policy]] == 1
 
 
+def test_an_executor_that_fails_hands_the_op_to_the_next(monkeypatch, stats):
+    """torch CUDA has no int64 matmul: under the device policy such an op goes on to host copies."""
+    from turbine.eager import executors
+
+    def no_kernel(*args, **kwargs):
+        raise NotImplementedError('"addmm_cuda" not implemented for \'Long\' (injected)')
+
+    monkeypatch.setattr(executors.TORCH, "run", no_kernel)
+    x = torch.rand(3, 5) * 4 - 2
+    fresh_warnings()
+    with pytest.warns(turbine.TurbineFallbackWarning, match="torch's CPU kernel on host copies"):
+        result = torch.special.airy_ai(x.to(D)).cpu()  # read: a background compile fails first
+    torch.testing.assert_close(result, torch.special.airy_ai(x))
+    assert stats()["executors"].get("host") == 1 and stats()["executors"].get("torch", 0) == 0
+    monkeypatch.setattr(executors.HOST, "run", no_kernel)
+    with pytest.raises(turbine.UnsupportedOpError, match="neither could torch's kernel .* nor torch's CPU kernel on host copies"):
+        torch.special.airy_ai(x.to(D)).cpu()
+
+
 def test_error_policy_names_the_op_and_the_way_out():
     with turbine.fallback("error"):
         with pytest.raises(turbine.UnsupportedOpError, match=r"aten.special_airy_ai.default.*TURBINE_FALLBACK=device"):

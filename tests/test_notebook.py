@@ -3,9 +3,11 @@
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
+
+# The GPU machine has no Jupyter: the notebooks are checked on the CPU machines (CI).
+nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (the notebooks run in CI)")
+NotebookClient = pytest.importorskip("nbclient", reason="nbclient is not installed (the notebooks run in CI)").NotebookClient
 
 pytestmark = pytest.mark.slow  # each notebook runs in a new kernel
 

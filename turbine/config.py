@@ -99,11 +99,6 @@ class Config:
     #: where timing both shows them faster), "iree" (IREE's kernels alone; torch's only as the
     #: fallback policy's) or "all" (the vendor executor on every device torch runs, CPU too).
     executors: str = "auto"
-    #: How turbine:cuda devices allocate (read when the first CUDA device opens): "caching" (IREE's
-    #: caching allocator over plain allocations: freed blocks are reused, and kernel results can be
-    #: shared with torch without a copy) or "pool" (IREE's default stream-ordered pools, which
-    #: return memory at each synchronisation and whose buffers IREE 3.13 cannot export).
-    cuda_allocator: str = "caching"
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -129,7 +124,6 @@ class Config:
             fix_cuda_autograd=_env_bool("TURBINE_FIX_CUDA_AUTOGRAD", True),
             launch_blocking=_env_bool("TURBINE_LAUNCH_BLOCKING", False),
             executors=os.environ.get("TURBINE_EXECUTORS", "auto").strip() or "auto",
-            cuda_allocator=os.environ.get("TURBINE_CUDA_ALLOCATOR", "caching").strip() or "caching",
         )
 
 

@@ -36,29 +36,10 @@ def _driver(name: str) -> rt.HalDriver:
     return _drivers[name]
 
 
-#: The values ``TURBINE_CUDA_ALLOCATOR`` takes.
-CUDA_ALLOCATORS = ("caching", "pool")
-
-
-def _cuda_allocator() -> str:
-    if config.cuda_allocator not in CUDA_ALLOCATORS:
-        raise ValueError(
-            f"TURBINE_CUDA_ALLOCATOR (turbine.config.cuda_allocator) is {config.cuda_allocator!r}; "
-            f"choose one of {', '.join(CUDA_ALLOCATORS)}"
-        )
-    return config.cuda_allocator
-
-
 def runtime_flags() -> list[str]:
     """The IREE runtime flags turbine sets: ``config.runtime_flags``, plus the CPU workers' count and
-    spin time, and CUDA's allocations, where those flags do not set them.
-
-    Measured on an H200 (IREE 3.13): CUDA's stream-ordered pools gave a 4096x4096 add 960 GB/s and
-    small ops 47 us; plain allocations through IREE's caching allocator 1420 GB/s and 33 us, and
-    kernel results torch can read without a copy (a pooled buffer cannot be exported)."""
+    spin time where those flags do not set them."""
     flags = list(config.runtime_flags)
-    if _cuda_allocator() == "caching" and not any(f.startswith("--cuda_async_allocations") for f in flags):
-        flags.append("--cuda_async_allocations=false")
     if config.cpu_workers > 0 and not any(f.startswith("--task_topology") for f in flags):
         flags.append(f"--task_topology_group_count={config.cpu_workers}")
     if not any(f.startswith("--task_worker_spin_us") for f in flags):
@@ -109,8 +90,7 @@ def _create_hal(spec: DeviceSpec) -> rt.HalDevice:
             + f". Devices that can be opened: {', '.join(available())}."
         )
     info = _driver(spec.driver).query_available_devices()[spec.ordinal]
-    allocators = ["caching"] if spec.kind == "cuda" and _cuda_allocator() == "caching" else None
-    return _driver(spec.driver).create_device(info["device_id"], allocators=allocators)
+    return _driver(spec.driver).create_device(info["device_id"])
 
 
 def open_device(name: str, **options: Any) -> Device:

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 from turbine.counters import counters
 from turbine.eager import host, runtime
 from turbine.eager.executors import BY_POLICY, Executor
-from turbine.errors import UnsupportedOpError
+from turbine.errors import DeviceError, UnsupportedOpError
 
 POLICIES = tuple(BY_POLICY)
 
@@ -49,40 +49,63 @@ def _check(policy: str) -> str:
     return policy
 
 
+def ranked(func: Any, device: Any, policy: str) -> list[Executor]:
+    """The executors of ``policy`` that can run ``func`` on ``device``, cheapest first."""
+    costs = [(cost, executor) for executor in BY_POLICY[policy] if (cost := executor.cost(func, device)) is not None]
+    return [executor for _, executor in sorted(costs, key=lambda pair: pair[0])]
+
+
 def choose(func: Any, device: Any, policy: str) -> Executor | None:
     """The cheapest executor of ``policy`` that can run ``func`` on ``device``, or None."""
-    costs = [(cost, executor) for executor in BY_POLICY[policy] if (cost := executor.cost(func, device)) is not None]
-    return min(costs, key=lambda pair: pair[0])[1] if costs else None
+    found = ranked(func, device, policy)
+    return found[0] if found else None
 
 
 def run(func: Any, args: tuple, kwargs: dict, reason: Exception) -> Any:
-    """Run ``func`` by this thread's policy, after IREE could not (``reason`` says why)."""
+    """Run ``func`` by this thread's policy, after IREE could not (``reason`` says why): the
+    cheapest executor that can, else the next (torch CUDA has no int64 matmul, its CPU has)."""
     state = runtime.state
     policy = _check(state.fallback_policy)
-    why = str(reason).strip().splitlines()[0].rstrip(":") if str(reason).strip() else type(reason).__name__
+    why = _first_line(reason)
     device = host.device_of(args, kwargs)
-    executor = choose(func, device, policy)
-    if executor is None:
+    candidates = ranked(func, device, policy)
+    if not candidates:
         raise UnsupportedOpError(
             f"{func} cannot run as an IREE kernel ({why}) and the fallback policy is '{policy}'. Set "
             "TURBINE_FALLBACK=device (torch's kernel on the device memory) or host, or use "
             "`with turbine.fallback('device'):`."
         ) from reason
+    failed = []
+    for executor in candidates:
+        try:
+            result = executor.run(func, args, kwargs, device)
+        except DeviceError:
+            raise  # out of memory, a lost device: not the executor's fault
+        except Exception as error:
+            failed.append((executor, error))
+            continue
+        _count_and_warn(func, executor, policy, why)
+        return result
+    tried = "; nor ".join(f"{executor.description} ({_first_line(error)})" for executor, error in failed)
+    raise UnsupportedOpError(
+        f"{func} could not run on {device.name if device else 'turbine'}: IREE could not run it ({why}), and "
+        f"neither could {tried} under the '{policy}' fallback."
+    ) from failed[0][1]
+
+
+def _count_and_warn(func: Any, executor: Executor, policy: str, why: str) -> None:
     name = str(func)
     counters.fallbacks[name] += 1
     counters.executors[executor.name] += 1
-    if name not in state.warned:
-        state.warned.add(name)
+    if name not in runtime.state.warned:
+        runtime.state.warned.add(name)
         warnings.warn(
             f"turbine: {name} runs with {executor.description} (fallback policy '{policy}'): {why}",
             TurbineFallbackWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
-    try:
-        return executor.run(func, args, kwargs, device)
-    except Exception as error:
-        raise UnsupportedOpError(
-            f"{func} could not run on {device.name if device else 'turbine'}: IREE could not run it ({why}), and "
-            f"neither could {executor.description} under the '{policy}' fallback "
-            f"({str(error).splitlines()[0] if str(error) else type(error).__name__})."
-        ) from error
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0].rstrip(":") if text else type(error).__name__
