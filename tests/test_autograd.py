@@ -124,3 +124,17 @@ def test_leaky_relu_gradient():
     xd = x.detach().to(D).requires_grad_()
     (actual,) = torch.autograd.grad(torch.nn.functional.leaky_relu(xd, 0.2), xd, upstream.to(D))
     torch.testing.assert_close(actual.cpu(), expected)
+
+
+def test_multithreaded_backward_through_a_second_turbine_device():
+    """torch's autograd keeps one device-thread queue per device index, as many as its device
+    guards report (one for a Python backend): a multi-threaded backward through turbine's second
+    device failed torch's internal assert. turbine runs such a backward on the calling thread."""
+    torch.ones(1, device="turbine:cpu")  # two turbine devices open: the second has index >= 1
+    x = torch.randn(4, 3, requires_grad=True)
+    xd = x.detach().to("turbine:cpu1").requires_grad_()
+    with torch.autograd.set_multithreading_enabled(True):
+        (xd.tanh() * 2).sum().backward()
+        assert torch.autograd.is_multithreading_enabled()  # only that backward ran single-threaded
+    (x.tanh() * 2).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), x.grad)

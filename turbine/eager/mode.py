@@ -7,13 +7,14 @@ device, so it routes them here. It is entered once at ``import turbine`` and sta
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from turbine.device import Device, open_device
-from turbine.device.registry import by_index
+from turbine.device.registry import by_index, opened_devices
 from turbine.eager import backward_errors, conversion, factories
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device
@@ -105,7 +106,7 @@ class DeviceMode(TorchFunctionMode):
         if func is _SHALLOW_COPY_COMPATIBLE:
             return _shallow_copy_compatible(*args)
         if func in _BACKWARD:
-            with backward_errors.collecting():
+            with backward_errors.collecting(), _autograd_threads_that_fit():
                 return func(*args, **kwargs)
         if func in _TENSOR_TO:
             device, dtype, rest = _parse_to(args[1:], kwargs)
@@ -121,6 +122,21 @@ class DeviceMode(TorchFunctionMode):
             if target is not None:
                 return factories.create(func, args, kwargs, target)
         return func(*args, **kwargs)
+
+
+def _autograd_threads_that_fit() -> Any:
+    """Autograd's device threads off for a backward call where they cannot serve every turbine
+    device: torch keeps one worker queue per device index, as many as its device guards report
+    devices, and the Python guard of a Python backend reports one. With turbine:cpu and
+    turbine:cuda0 both open (torch indices 0 and 1) beside one CUDA GPU, a multi-threaded
+    backward through index 1 failed torch's assert (engine.cpp, ``device_ready_queues_``).
+    Single-threaded, the same backward runs every op on the calling thread, correctly."""
+    if not torch.autograd.is_multithreading_enabled():
+        return contextlib.nullcontext()
+    queues = max(1, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    if len(opened_devices()) <= queues:
+        return contextlib.nullcontext()
+    return torch.autograd.set_multithreading_enabled(False)
 
 
 _mode = DeviceMode()
