@@ -218,6 +218,8 @@ def test_timing_chooses_between_cublas_and_iree_for_a_real_matmul(stats):
 
 
 def test_attention_trains_on_torchs_fused_kernels(vendor_wins, stats):
+    from turbine.eager.dispatch import plans
+
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, batch_first=True, dropout=0.0)
     ours = copy.deepcopy(layer).to(GPU)
@@ -226,7 +228,8 @@ def test_attention_trains_on_torchs_fused_kernels(vendor_wins, stats):
         module(inp).square().mean().backward()
     for p, q in zip(layer.parameters(), ours.parameters()):
         torch.testing.assert_close(q.grad.cpu(), p.grad, atol=1e-4, rtol=1e-3)
-    assert stats()["executors"].get("vendor", 0) >= 2 + 4  # attention forward and backward, and matmuls
+    assert stats()["executors"].get("vendor", 0) >= 2  # attention forward and backward at least
+    assert not [key for key in plans() if "softmax" in str(key[0])]  # not torch's math of attention
 
 
 def test_a_thread_that_did_not_open_the_gpu_compiles_and_loads_kernels():
