@@ -27,6 +27,11 @@ def device_of(args: tuple, kwargs: dict) -> Device | None:
     return None
 
 
+def device_tensors(args: tuple, kwargs: dict) -> list[DeviceTensor]:
+    """Every device tensor among an op's arguments."""
+    return [value for value in tree_flatten((args, kwargs))[0] if isinstance(value, DeviceTensor)]
+
+
 def written_arguments(func: Any, args: tuple, kwargs: dict) -> list[DeviceTensor]:
     """The device tensors in the argument slots the op's schema marks as written (``a!``)."""
     found = []

@@ -41,7 +41,9 @@ class TorchKernel(Executor):
             result = shared_view(tensor)
             return result.clone() if written else result
 
-        return host.run_with_torch(func, args, kwargs, shared, lambda result: adopt(result, device), torch_device(device))
+        result = host.run_with_torch(func, args, kwargs, shared, lambda result: adopt(result, device), torch_device(device))
+        finish_reads(host.device_tensors(args, kwargs))
+        return result
 
 
 def torch_device(device: Device) -> torch.device:
@@ -111,6 +113,21 @@ def shared_view(tensor: DeviceTensor) -> torch.Tensor:
     if parts:
         flat = torch.view_as_complex(flat.view(-1, 2))
     return flat.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+
+
+def finish_reads(inputs: list[DeviceTensor]) -> None:
+    """Wait for torch's stream where a torch kernel read IREE's memory.
+
+    torch frees a DLPack view's memory (hands the buffer back to IREE) as soon as the view dies,
+    whatever its stream still has to read, and IREE may then give the memory to its next result:
+    so a torch op that read an IREE buffer is waited for before its inputs can go. Inputs that are
+    torch's own memory need no wait: torch's allocator orders their reuse on its stream.
+    """
+    for tensor in inputs:
+        buffer = tensor._storage.buffer
+        if not isinstance(buffer, TorchBuffer) and tensor._storage.device.kind == "cuda":
+            torch.cuda.current_stream(buffer.shared.device).synchronize()
+            return
 
 
 def adopt(result: torch.Tensor, device: Device) -> DeviceTensor:

@@ -18,7 +18,7 @@ import torch
 
 from turbine.config import config
 from turbine.device import Device
-from turbine.eager.executors.torch_kernel import TorchKernel, adopt, shared_view
+from turbine.eager.executors.torch_kernel import TorchKernel, adopt, finish_reads, shared_view
 from turbine.eager.tensor import DeviceTensor
 
 aten = torch.ops.aten
@@ -78,6 +78,7 @@ class VendorKernel(TorchKernel):
         torch_args = [shared_view(a) if isinstance(a, DeviceTensor) else a for a in args]
         torch_kwargs = {k: shared_view(v) if isinstance(v, DeviceTensor) else v for k, v in kwargs.items()}
         result = func(*torch_args, **torch_kwargs)
+        finish_reads([a for a in (*args, *kwargs.values()) if isinstance(a, DeviceTensor)])
         if isinstance(result, torch.Tensor):
             return adopt(result, device)
         return tuple(None if r is None else adopt(r, device) for r in result)

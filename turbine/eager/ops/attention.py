@@ -23,7 +23,7 @@ from torch.autograd.function import once_differentiable
 from turbine.counters import counters
 from turbine.device import Device
 from turbine.eager import executors
-from turbine.eager.executors.torch_kernel import adopt, shared_view
+from turbine.eager.executors.torch_kernel import adopt, finish_reads, shared_view
 from turbine.eager.host import device_of
 from turbine.eager.registry import declare
 from turbine.eager.tensor import DeviceTensor
@@ -62,8 +62,10 @@ class _VendorAttention(torch.autograd.Function):
         stand_ins = [None if t is None else shared_view(t).detach().requires_grad_(t.requires_grad) for t in tensors]
         with torch.enable_grad():
             out = torch.nn.functional.scaled_dot_product_attention(*stand_ins, **options)
+        finish_reads([t for t in tensors if t is not None])
         ctx.device = device
         ctx.graph = (stand_ins, out)
+        ctx.inputs = [t for t in tensors if t is not None]
         counters.executors[executors.VENDOR.name] += 1
         return adopt(out.detach(), device)
 
@@ -73,7 +75,8 @@ class _VendorAttention(torch.autograd.Function):
         stand_ins, out = ctx.graph
         wanted = [s for s in stand_ins if s is not None and s.requires_grad]
         grads = iter(torch.autograd.grad(out, wanted, shared_view(grad)) if wanted else ())
-        ctx.graph = None
+        finish_reads([grad, *ctx.inputs])
+        ctx.graph = ctx.inputs = None
         counters.executors[executors.VENDOR.name] += 1
         results = [adopt(next(grads), ctx.device) if s is not None and s.requires_grad else None for s in stand_ins]
         return (None, None, *results)
@@ -97,7 +100,9 @@ def _inference(func: Any, args: tuple, kwargs: dict) -> Any:
         return func.decompose(*args, **kwargs)
     counters.executors[executors.VENDOR.name] += 1
     stand_ins = [None if t is None else shared_view(t) for t in tensors]
-    return adopt(torch.nn.functional.scaled_dot_product_attention(*stand_ins, **options), device)
+    out = torch.nn.functional.scaled_dot_product_attention(*stand_ins, **options)
+    finish_reads([t for t in tensors if t is not None])
+    return adopt(out, device)
 
 
 _library: torch.library.Library | None = None
