@@ -16,6 +16,7 @@ from turbine.counters import reset_stats, stats
 from turbine.device import Device, available, open_device
 from turbine.device.registry import current
 from turbine.eager import DeviceTensor
+from turbine.eager.dynamic import mark_dynamic
 from turbine.eager.fallback import TurbineFallbackWarning, fallback
 from turbine.errors import CompileError, DeviceNotFoundError, TurbineError, UnsupportedDtypeError, UnsupportedOpError
 
@@ -57,6 +58,7 @@ __all__ = [
     "device",
     "devices",
     "fallback",
+    "mark_dynamic",
     "override",
     "reset_stats",
     "stats",

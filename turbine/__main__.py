@@ -93,7 +93,13 @@ def cache(args: argparse.Namespace) -> int:
             seconds = entry["record"].get("compile_seconds", "?")
             print(f"{entry['bytes']:>8}  {_age(entry['last_used']):>9}  {seconds:>9}  {entry['op']}")
         for choice in store.choices():
-            if not args.op or args.op in choice.get("op", ""):
+            if args.op and args.op not in choice.get("op", ""):
+                continue
+            if "dims" in choice:  # a family of signatures and its dynamic dims (eager/dynamic.py)
+                dims = ", ".join(f"input {i} dim {d}" for i, d in choice["dims"]) or "none"
+                state = "refused (a kernel per size)" if choice.get("refused") else f"dynamic: {dims}"
+                print(f"{'shapes':>8}  {'':>9}  {'':>9}  {choice.get('op', '?')}: {state}")
+            else:
                 times = ", ".join(f"{name} {us} us" for name, us in (choice.get("us") or {}).items())
                 print(f"{'chosen':>8}  {'':>9}  {'':>9}  {choice.get('op', '?')}: {choice.get('executor', '?')} ({choice.get('why', '')}{'; ' + times if times else ''})")
         for failure in store.failures():

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from turbine.eager import deferred, lowering, registry
+from turbine.eager import deferred, dynamic, lowering, registry
 from turbine.eager.dtypes import check_kernel_dtype
 from turbine.eager.kernel_plan import KernelPlan
 from turbine.eager.meta import off_device
@@ -135,7 +135,10 @@ def _kernel_signature(func: Any, leaves: Leaves) -> tuple[tuple, list]:
         check_kernel_dtype(_scalar_dtype(v, reference, number), f"a scalar argument of {func}")
         for v, number in zip(leaves.scalars, leaves.numbers)
     ]
-    signature = _plain(tuple(leaves.key)) + (tuple(str(d) for d in scalar_dtypes),)
+    key = list(leaves.key)
+    for slot, tensor in zip(_tensor_slots(leaves), leaves.tensors):
+        key[slot] = tensor._key[:2]  # sizes and dtype: the kernel takes every input dense
+    signature = _plain(tuple(key)) + (tuple(str(d) for d in scalar_dtypes),)
     schema = schema_of(func)
     if registry.correction(func) or (schema.twin is not None and registry.correction(schema.twin)):
         signature += ("corrected",)  # never a kernel cached from the uncorrected lowering
@@ -183,13 +186,70 @@ def kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
     for tensor in leaves.tensors:
         check_kernel_dtype(tensor.dtype, f"an input of {func}")
     signature, scalar_dtypes = _kernel_signature(func, leaves)
+    slots = _tensor_slots(leaves)
+    dims = dynamic.dims_for(leaves, signature, slots)
+    if dims is not None:
+        plan = _dynamic_kernel_plan(func, schema, args, kwargs, leaves, metas, kind, signature, slots, dims, scalar_dtypes)
+        if plan is not None:
+            return plan
     inputs = [(tuple(t.shape), t.dtype) for t in leaves.tensors] + [((), d) for d in scalar_dtypes]
+    lowerings = _lowerings(func, schema, args, kwargs, leaves, metas, inputs)
+    metadata = {
+        "outputs": [None if m is None else [list(m.shape), str(m.dtype).replace("torch.", "")] for m in metas],
+        "structure": kind,
+    }
+    if deferred.enabled() and not registry.compiles_in_foreground(func):
+        lowering.prepare()
+        kernel = kernel_cache.start(signature, device, lowerings, _describe(func, leaves), metadata)
+    else:
+        kernel = kernel_cache.kernel(signature, device, lowerings, _describe(func, leaves), metadata)
+    return KernelPlan(func, device, kernel, signature, scalar_dtypes, layouts_of(metas), kind)
+
+
+def _dynamic_kernel_plan(
+    func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, kind: str,
+    signature: tuple, slots: list[int], dims: frozenset, scalar_dtypes: list,
+) -> KernelPlan | None:
+    """The plan of a kernel with ``dims`` dynamic (eager/dynamic.py), compiled now if new; None
+    where it does not compile (the family then stays static)."""
+    keyed, traced = dynamic.dynamic_inputs(leaves, dims)
+    dynamic_signature = list(signature)
+    for slot, key in zip(slots, keyed):
+        dynamic_signature[slot] = key
+    dynamic_signature = tuple(dynamic_signature)
+    inputs = traced + [((), d) for d in scalar_dtypes]
+    lowerings = _lowerings(func, schema, args, kwargs, leaves, metas, inputs)
+    describe = f"{func}({', '.join(f'{k[2]}{list(k[1])}' for k in keyed)})"
+    metadata = {"outputs": None, "structure": kind, "dynamic": True}
+    try:  # in the foreground: a family compiles one dynamic kernel, and a refusal must be known now
+        kernel = kernel_cache.kernel(dynamic_signature, leaves.device, lowerings, describe, metadata)
+    except CompileError:
+        dynamic.refuse(signature, slots, leaves.device)
+        return None
+    return KernelPlan(func, leaves.device, kernel, dynamic_signature, scalar_dtypes, layouts_of(metas), kind)
+
+
+def _tensor_slots(leaves: Leaves) -> list[int]:
+    """Where each tensor's key sits in the call's key (and so in its kernel signature)."""
+    slots, tensors = [], leaves.tensors
+    for position, part in enumerate(leaves.key):
+        if len(slots) < len(tensors) and part is tensors[len(slots)]._key:
+            slots.append(position)
+    return slots
+
+
+def _hinted(shape: Any) -> tuple:
+    """A traced result's sizes, a dynamic size as the size it was traced at (no guard on it)."""
+    return tuple(d.node.hint if isinstance(d, torch.SymInt) else d for d in shape)
+
+
+def _lowerings(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list) -> list:
+    """The ways to lower the call, in order: the op as it is; then torch's decompositions of it,
+    where torch has some; then, for 0-d inputs, the op on 1-d ones."""
     target = _lowered_op(func, args, kwargs)
     target = registry.correction(target) or target
     count = len(leaves.tensors)
-
     result_dtypes = [m.dtype for m in metas if m is not None]
-
     opmath = _in_opmath(func, leaves)
 
     def traced(*values: torch.Tensor) -> list[torch.Tensor]:
@@ -215,7 +275,7 @@ def kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
         its kernel disagree for some ops (native_batch_norm in eval mode: [C] against [0]), and
         then only the fallback gives torch's results."""
         outs = traced(*values)
-        shapes = [tuple(o.shape) for o in outs]
+        shapes = [_hinted(o.shape) for o in outs]
         if shapes != result_shapes:
             raise CompileError(f"the lowering gives results of shapes {shapes}, torch's shape rule {result_shapes}")
         return outs
@@ -226,24 +286,13 @@ def kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
         values = [v.reshape(1) if i < count and v.dim() == 0 else v for i, v in enumerate(values)]
         return [o.reshape(shape) for o, shape in zip(traced(*values), result_shapes)]
 
-    # The op as it is first; then torch's decompositions of it, where torch has some; then, for
-    # 0-d inputs, the op on 1-d ones.
     lowerings = [
         lambda: lowering.lower(checked, inputs),
         lambda: lowering.lower(checked, inputs, decompose=True) if func in registry.decompositions() else _no_lowering(),
     ]
     if any(t.dim() == 0 for t in leaves.tensors):
         lowerings.append(lambda: lowering.lower(traced_as_1d, inputs))
-    metadata = {
-        "outputs": [None if m is None else [list(m.shape), str(m.dtype).replace("torch.", "")] for m in metas],
-        "structure": kind,
-    }
-    if deferred.enabled() and not registry.compiles_in_foreground(func):
-        lowering.prepare()
-        kernel = kernel_cache.start(signature, device, lowerings, _describe(func, leaves), metadata)
-    else:
-        kernel = kernel_cache.kernel(signature, device, lowerings, _describe(func, leaves), metadata)
-    return KernelPlan(func, device, kernel, signature, scalar_dtypes, layouts_of(metas), kind)
+    return lowerings
 
 
 def _no_lowering() -> str:

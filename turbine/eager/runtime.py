@@ -39,6 +39,8 @@ class Runtime:
         self.routes: dict[Any, Callable] = {}
         #: Factory kernels by the factory's call (eager/factories.py).
         self.factory_kernels: dict[tuple, tuple] = {}
+        #: Families of kernel signatures and the dims they found dynamic (eager/dynamic.py).
+        self.families: dict[tuple, Any] = {}
         #: Ops already warned about falling back (once per op and process).
         self.warned: set[str] = set()
         #: Whether this process built a plan that no file gave it: only then does its exit write

@@ -86,6 +86,9 @@ class DeviceTensor(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
+    #: Dims whose kernels take any size from the first call (``turbine.mark_dynamic``).
+    _dynamic_dims: frozenset = frozenset()
+
     #: What runs every aten op on a DeviceTensor: eager/dispatch.py's ``handle``, installed by
     #: the package (eager/__init__.py). Kept as a slot so this module, which everything in eager/
     #: builds tensors with, does not import the dispatcher that sits above it.

@@ -56,7 +56,7 @@ class Kernel:
     answer (``on_probe``) and hands it to kernels loaded later.
     """
 
-    __slots__ = ("device", "metadata", "context", "function", "tied", "on_probe")
+    __slots__ = ("device", "metadata", "context", "function", "tied", "on_probe", "waits_on_host")
 
     def __init__(
         self,
@@ -76,6 +76,10 @@ class Kernel:
         self.tied: tuple[int, ...] | None = None if tied is None else tuple(tied)
         #: Told the probe's answer once it is known.
         self.on_probe: Callable[[tuple[int, ...]], None] | None = None
+        #: Whether the host waits for the inputs before each call: a kernel with dynamic dims records
+        #: its work at each call, over result buffers that IREE allocates once the inputs are ready,
+        #: and recording before then failed ("transient buffer has not been committed").
+        self.waits_on_host = bool(self.metadata.get("dynamic"))
 
     def invoke(
         self, inputs: list[rt.HalBufferView], wait: rt.HalFence, signal: rt.HalFence
@@ -121,7 +125,7 @@ class Kernel:
         whose waits poll, a wait fence reached first: the call may block on it, device.py)."""
         device = self.device
         device.require_usable()
-        if device.polls_waits:
+        if device.polls_waits or self.waits_on_host:
             device.settle(wait)
         args = rt.VmVariantList(len(inputs) + 2)
         for view in inputs:

@@ -8,35 +8,89 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 from iree.compiler.extras.fx_importer import FxImporter
+
+from turbine.errors import CompileError
 
 
 _tracing = threading.RLock()
 
 
-def lower(fn: Callable, inputs: Sequence[tuple[tuple[int, ...], torch.dtype]], decompositions: dict | None = None) -> str:
+def lower(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], decompositions: dict | None = None) -> str:
     """MLIR text of ``fn`` traced on inputs of the given (sizes, dtype); exported as ``main``.
 
+    A size may be a ``Dynamic`` dim instead of a number: the kernel then takes any size there
+    (dims of one ``Dynamic.symbol`` take equal sizes). A trace whose ops would branch on such a
+    size (a guard on it) is refused with CompileError, since the kernel must serve every size.
     ``decompositions`` (op -> function) replaces the ops it names while tracing."""
-    # torch.empty reserves address space but touches no memory, so large shapes cost nothing here.
-    examples = [torch.empty(sizes, dtype=dtype) for sizes, dtype in inputs]
+    dynamic = any(isinstance(size, Dynamic) for sizes, _ in inputs for size in sizes)
     # Traces see ops as turbine's dispatch does, below autograd: there a composite op (isclose)
     # arrives whole and the decomposition table decides; above it, a compile thread saw torch's
     # own decomposition (an in-place bitwise_and_ IREE cannot lower). torch's C++ code can also
     # reach turbine with Python dispatch turned off (tensor creation from data does); tracing
     # needs it back on. make_fx keeps its current tracer in a module global
-    # (_CURRENT_MAKE_FX_TRACER in torch 2.13), so traces from compile threads take turns.
+    # (_CURRENT_MAKE_FX_TRACER in torch 2.13), so traces take turns.
     with _tracing, torch._C._AutoDispatchBelowADInplaceOrView():
         excluded = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.Python)
         with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded):
-            graph_module = make_fx(fn, tracing_mode="fake", decomposition_table=decompositions)(*examples)
+            if dynamic:
+                graph_module = _trace_dynamic(fn, inputs, decompositions)
+            else:
+                # torch.empty reserves address space but touches no memory, so large shapes cost nothing.
+                examples = [torch.empty(sizes, dtype=dtype) for sizes, dtype in inputs]
+                graph_module = make_fx(fn, tracing_mode="fake", decomposition_table=decompositions)(*examples)
     importer = FxImporter()
     importer.import_stateless_graph(graph_module.graph, func_name="main")
     return str(importer.module)
+
+
+class Dynamic:
+    """A dim a kernel takes at any size of 2 or more; ``hint`` is the size it is traced at. Dims
+    with the same ``symbol`` take the same size (torch's shape rules may need them equal)."""
+
+    __slots__ = ("symbol", "hint")
+
+    def __init__(self, symbol: str, hint: int) -> None:
+        self.symbol = symbol
+        self.hint = hint
+
+    def __repr__(self) -> str:
+        return self.symbol
+
+
+def _trace_dynamic(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], decompositions: dict | None) -> Any:
+    """``fn`` traced on fake tensors whose ``Dynamic`` dims are symbols of one shape environment."""
+    shape_env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=shape_env)
+    symbols: dict[str, Any] = {}
+    examples = []
+    for sizes, dtype in inputs:
+        example = mode.from_tensor(
+            torch.empty([s.hint if isinstance(s, Dynamic) else s for s in sizes], dtype=dtype),
+            symbolic_context=StatelessSymbolicContext(
+                dynamic_sizes=[DimDynamic.DYNAMIC if isinstance(s, Dynamic) else DimDynamic.STATIC for s in sizes]
+            ),
+        )
+        examples.append(example)
+        for size, traced in zip(sizes, example.shape):
+            if isinstance(size, Dynamic):
+                symbols.setdefault(size.symbol, []).append(traced)
+    # Dims of one symbol are made equal before the trace, so that no op's check guards on it.
+    for same in symbols.values():
+        for other in same[1:]:
+            torch._check(other == same[0])
+    before = len(shape_env.guards)
+    graph_module = make_fx(fn, tracing_mode="symbolic", decomposition_table=decompositions)(*examples)
+    guards = [str(guard.expr) for guard in shape_env.guards[before:]]
+    if guards:
+        raise CompileError(f"the lowering depends on the sizes of its dynamic dims ({', '.join(guards[:3])})")
+    return graph_module
 
 
 @functools.lru_cache(maxsize=None)

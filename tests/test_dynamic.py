@@ -1,0 +1,115 @@
+"""Shape-generic kernels (eager/dynamic.py): a dim that takes a second size becomes dynamic."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import turbine
+from turbine.config import override
+from turbine.eager import dynamic
+from checks import D
+from conftest import forget_memory
+
+
+@pytest.fixture(autouse=True)
+def _foreground():
+    """Compiles counted as they happen (a dynamic kernel compiles in the foreground anyway)."""
+    with override(background_compile=False, dynamic="auto"):
+        yield
+
+
+def mlp() -> tuple[torch.nn.Module, torch.nn.Module]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.GELU(), torch.nn.Linear(24, 5))
+    return model, copy.deepcopy(model).to(D)
+
+
+def run(model, ours, batch: int) -> None:
+    x = torch.randn(batch, 12)
+    torch.testing.assert_close(ours(x.to(D)).cpu(), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_after_a_second_batch_size_new_sizes_compile_nothing(fresh_cache, stats):
+    model, ours = mlp()
+    for batch in (6, 9):
+        run(model, ours, batch)
+    compiled = stats()["kernels_compiled"]
+    for batch in (2, 17, 4, 31):
+        run(model, ours, batch)
+    assert stats()["kernels_compiled"] == compiled, "a new batch size compiled a kernel"
+
+
+def test_sizes_zero_and_one_stay_static_and_correct(fresh_cache, stats):
+    model, ours = mlp()
+    for batch in (6, 9, 1, 0, 1, 5):
+        run(model, ours, batch)
+
+
+def test_off_compiles_a_kernel_per_size(fresh_cache, stats):
+    model, ours = mlp()
+    with override(dynamic="off"):
+        for batch in (6, 9):
+            run(model, ours, batch)
+        compiled = stats()["kernels_compiled"]
+        run(model, ours, 13)
+        assert stats()["kernels_compiled"] > compiled
+
+
+def test_all_makes_every_dim_dynamic_from_the_first_call(fresh_cache, stats):
+    a, b = torch.randn(5, 7), torch.randn(5, 7)
+    with override(dynamic="all"):
+        torch.testing.assert_close((a.to(D) * b.to(D)).cpu(), a * b)
+        compiled = stats()["kernels_compiled"]
+        c, d = torch.randn(8, 3), torch.randn(8, 3)
+        torch.testing.assert_close((c.to(D) * d.to(D)).cpu(), c * d)
+    assert stats()["kernels_compiled"] == compiled
+
+
+def test_mark_dynamic_makes_a_dim_dynamic_from_the_first_call(fresh_cache, stats):
+    x = turbine.mark_dynamic(torch.randn(6, 4).to(D), 0)
+    torch.testing.assert_close(torch.tanh(x).cpu(), torch.tanh(x.cpu()))
+    compiled = stats()["kernels_compiled"]
+    y = turbine.mark_dynamic(torch.randn(11, 4).to(D), [0])
+    torch.testing.assert_close(torch.tanh(y).cpu(), torch.tanh(y.cpu()))
+    assert stats()["kernels_compiled"] == compiled
+    with pytest.raises(IndexError, match="dim 2 is out of range for a tensor of 2 dims"):
+        turbine.mark_dynamic(x, 2)
+    with pytest.raises(TypeError, match="takes a turbine tensor"):
+        turbine.mark_dynamic(torch.ones(2), 0)
+
+
+def test_a_new_process_compiles_nothing_for_sizes_it_has_not_seen(fresh_cache, stats):
+    model, ours = mlp()
+    for batch in (6, 9):
+        run(model, ours, batch)
+    forget_memory()  # kernels, plans and families: what a new process starts without
+    turbine.reset_stats()
+    run(model, ours, 23)
+    assert stats()["kernels_compiled"] == 0
+
+
+def test_a_lowering_that_branches_on_a_size_stays_static(fresh_cache, stats, monkeypatch):
+    """A traced lowering that depends on a dynamic size could not serve other sizes: refused."""
+    from turbine.eager import registry
+
+    def branches(x):  # a 'correction' whose trace branches on the size
+        return x * 2 if x.shape[0] > 7 else x * 3
+
+    monkeypatch.setitem(registry._entries, torch.ops.aten.sinh.default, registry.OpEntry(torch.ops.aten.sinh.default))
+    registry._entries[torch.ops.aten.sinh.default].correction = branches
+    small, large = torch.randn(5, 3), torch.randn(9, 3)
+    assert torch.equal(torch.sinh(small.to(D)).cpu(), small * 3)
+    assert torch.equal(torch.sinh(large.to(D)).cpu(), large * 2)  # static: its own kernel
+    other = torch.randn(12, 3)
+    assert torch.equal(torch.sinh(other.to(D)).cpu(), other * 2)
+    families = [f for key, f in turbine.eager.runtime.state.families.items() if "sinh" in str(key)]
+    assert families and families[0].refused
+
+
+def test_a_bad_setting_says_which_values_it_takes():
+    with override(dynamic="sometimes"):
+        with pytest.raises(ValueError, match="TURBINE_DYNAMIC .* choose one of auto, off, all"):
+            dynamic.mode()

@@ -1,0 +1,148 @@
+"""Which dims of a kernel are dynamic: one kernel for the sizes a dim takes, not one per size.
+
+Calls of an op that differ only in their tensors' sizes (same dtypes, ranks, constants) form a
+family. The first call compiles a kernel for its sizes. When a later call has another size at a
+dim where both sizes are 2 or more, that dim becomes dynamic for the family: its kernel is
+compiled once with the dim unknown, and every later size there reuses it (torch.compile's rule:
+dynamic after the first change). Sizes 0 and 1 stay static (a 1 broadcasts, a 0 is empty), so a
+call with a 0 or 1 at a dynamic dim gets a kernel for its own sizes. A family whose lowering
+would branch on a dynamic size (tracing.py refuses it) stays static. What a family decided is
+kept in the kernel cache, so a new process compiles nothing for sizes it has not seen.
+
+``TURBINE_DYNAMIC`` (``config.dynamic``): ``auto`` (the rule above), ``off`` (a kernel per size)
+or ``all`` (every dim of size 2 or more dynamic from the first call); :func:`mark_dynamic` makes a
+tensor's dim dynamic from the first call, as ``torch._dynamo.mark_dynamic`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from turbine.config import config
+from turbine.device import Device
+from turbine.eager import runtime
+from turbine.eager.signature import Leaves
+from turbine.eager.tensor import DeviceTensor
+from turbine.kernels_cache import kernel_cache
+from turbine.kernels_cache.tracing import Dynamic
+
+#: The values ``TURBINE_DYNAMIC`` takes.
+MODES = ("auto", "off", "all")
+
+Dims = frozenset  # of (tensor position, dim)
+
+
+def mode() -> str:
+    """``config.dynamic``, checked."""
+    if config.dynamic not in MODES:
+        raise ValueError(f"TURBINE_DYNAMIC (turbine.config.dynamic) is {config.dynamic!r}; choose one of {', '.join(MODES)}")
+    return config.dynamic
+
+
+def mark_dynamic(tensor: DeviceTensor, dims: int | Iterable[int]) -> DeviceTensor:
+    """Compile the kernels of ops on ``tensor`` with ``dims`` dynamic from their first call (sizes
+    0 and 1 excepted); returns the tensor. Results of ops do not inherit the mark."""
+    if not isinstance(tensor, DeviceTensor):
+        raise TypeError(f"turbine.mark_dynamic takes a turbine tensor, not {type(tensor).__name__}")
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    rank = tensor.dim()
+    for dim in dims:
+        if not -rank <= dim < rank:
+            raise IndexError(f"turbine.mark_dynamic: dim {dim} is out of range for a tensor of {rank} dims")
+    tensor._dynamic_dims = frozenset(tensor._dynamic_dims) | {d % rank for d in dims}
+    return tensor
+
+
+class Family:
+    """What the calls of one family taught: the first call's sizes, the dims found dynamic, and
+    whether a dynamic kernel was refused (then the family stays static)."""
+
+    __slots__ = ("first", "dims", "refused")
+
+    def __init__(self, dims: Dims = Dims(), refused: bool = False) -> None:
+        self.first: tuple | None = None
+        self.dims = dims
+        self.refused = refused
+
+
+def family_key(signature: tuple, slots: list[int]) -> tuple:
+    """A kernel signature with each tensor's sizes replaced by its rank (``slots``: where the
+    tensors' keys are in it)."""
+    key = list(signature)
+    for slot in slots:
+        sizes, *rest = key[slot]
+        key[slot] = ("rank", len(sizes), *rest[:1])
+    return ("dynamic family", *key)
+
+
+def dims_for(leaves: Leaves, signature: tuple, slots: list[int]) -> Dims | None:
+    """The dims to compile this call's kernel with as dynamic, or None for a static kernel."""
+    chosen = mode()
+    if chosen == "off" or not leaves.tensors:
+        return None
+    sizes = tuple(tuple(t.shape) for t in leaves.tensors)
+    marked = Dims((i, d) for i, t in enumerate(leaves.tensors) for d in t._dynamic_dims)
+    family = _family(family_key(signature, slots), leaves.device)
+    if family.refused:
+        return None
+    if chosen == "all":
+        found = Dims((i, d) for i, s in enumerate(sizes) for d, size in enumerate(s) if size >= 2)
+    elif family.first is None:
+        family.first = sizes
+        found = Dims()
+    else:
+        found = Dims(
+            (i, d)
+            for i, (old, new) in enumerate(zip(family.first, sizes))
+            for d, (a, b) in enumerate(zip(old, new))
+            if a != b and a >= 2 and b >= 2
+        )
+    dims = family.dims | found | marked
+    if dims != family.dims:
+        family.dims = dims
+        _keep(signature, slots, leaves.device, family)
+    if not dims or any(sizes[i][d] < 2 for i, d in dims):
+        return None  # a 0 or 1 at a dynamic dim: this call's sizes get their own kernel
+    return dims
+
+
+def refuse(signature: tuple, slots: list[int], device: Device) -> None:
+    """The family's dynamic kernel did not compile: keep it static from now on (and on disk)."""
+    family = _family(family_key(signature, slots), device)
+    family.refused = True
+    _keep(signature, slots, device, family)
+
+
+def dynamic_inputs(leaves: Leaves, dims: Dims) -> tuple[list, list]:
+    """The kernel's tensor inputs with ``dims`` unknown, for the signature and for tracing: dims
+    of equal size share a symbol (torch's shape rules may need them equal; a call whose equal
+    sizes differ is another kernel)."""
+    symbols: dict[int, str] = {}
+    keyed, traced = [], []
+    for i, tensor in enumerate(leaves.tensors):
+        key_sizes, trace_sizes = [], []
+        for d, size in enumerate(tensor.shape):
+            if (i, d) in dims:
+                symbol = symbols.setdefault(size, f"s{len(symbols)}")
+                key_sizes.append(symbol)
+                trace_sizes.append(Dynamic(symbol, size))
+            else:
+                key_sizes.append(size)
+                trace_sizes.append(size)
+        keyed.append(("dynamic", tuple(key_sizes), str(tensor.dtype).removeprefix("torch.")))
+        traced.append((tuple(trace_sizes), tensor.dtype))
+    return keyed, traced
+
+
+def _family(key: tuple, device: Device) -> Family:
+    families = runtime.state.families
+    family = families.get(key)
+    if family is None:
+        kept = kernel_cache.choice(key, device) or {}
+        family = families[key] = Family(Dims(tuple(pair) for pair in kept.get("dims", ())), bool(kept.get("refused")))
+    return family
+
+
+def _keep(signature: tuple, slots: list[int], device: Device, family: Family) -> None:
+    choice: dict[str, Any] = {"op": str(signature[0]), "dims": sorted(family.dims), "refused": family.refused}
+    kernel_cache.keep_choice(family_key(signature, slots), device, choice)
