@@ -113,3 +113,13 @@ def test_a_bad_setting_says_which_values_it_takes():
     with override(dynamic="sometimes"):
         with pytest.raises(ValueError, match="TURBINE_DYNAMIC .* choose one of auto, off, all"):
             dynamic.mode()
+
+
+def test_a_view_at_a_new_offset_reuses_the_kernel(fresh_cache):
+    """Kernels take their inputs dense, so a slice at another offset (``logits[:, -1]`` as a
+    sequence grows) is the same kernel signature."""
+    x = torch.randn(5, 9)
+    xd = x.to(D)
+    for column in range(4):
+        torch.testing.assert_close(torch.sinh(xd[column]).cpu(), torch.sinh(x[column]))
+    assert sum("aten.sinh" in entry["op"] for entry in fresh_cache.entries()) == 1
