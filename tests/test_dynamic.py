@@ -123,3 +123,12 @@ def test_a_view_at_a_new_offset_reuses_the_kernel(fresh_cache):
     for column in range(4):
         torch.testing.assert_close(torch.sinh(xd[column]).cpu(), torch.sinh(x[column]))
     assert sum("aten.sinh" in entry["op"] for entry in fresh_cache.entries()) == 1
+
+
+def test_a_dim_first_seen_as_one_still_becomes_dynamic(fresh_cache, stats):
+    model, ours = mlp()
+    for batch in (1, 6, 9):
+        run(model, ours, batch)
+    compiled = stats()["kernels_compiled"]
+    run(model, ours, 14)
+    assert stats()["kernels_compiled"] == compiled

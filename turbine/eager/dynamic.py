@@ -60,7 +60,7 @@ class Family:
     __slots__ = ("first", "dims", "refused")
 
     def __init__(self, dims: Dims = Dims(), refused: bool = False) -> None:
-        self.first: tuple | None = None
+        self.first: list[list[int]] | None = None
         self.dims = dims
         self.refused = refused
 
@@ -87,16 +87,8 @@ def dims_for(leaves: Leaves, signature: tuple, slots: list[int]) -> Dims | None:
         return None
     if chosen == "all":
         found = Dims((i, d) for i, s in enumerate(sizes) for d, size in enumerate(s) if size >= 2)
-    elif family.first is None:
-        family.first = sizes
-        found = Dims()
     else:
-        found = Dims(
-            (i, d)
-            for i, (old, new) in enumerate(zip(family.first, sizes))
-            for d, (a, b) in enumerate(zip(old, new))
-            if a != b and a >= 2 and b >= 2
-        )
+        found = _changed(family, sizes)
     dims = family.dims | found | marked
     if dims != family.dims:
         family.dims = dims
@@ -104,6 +96,24 @@ def dims_for(leaves: Leaves, signature: tuple, slots: list[int]) -> Dims | None:
     if not dims or any(sizes[i][d] < 2 for i, d in dims):
         return None  # a 0 or 1 at a dynamic dim: this call's sizes get their own kernel
     return dims
+
+
+def _changed(family: Family, sizes: tuple) -> Dims:
+    """The dims where this call's size (2 or more) differs from the first such size the family saw
+    there; sizes 0 and 1 are not remembered, so a dim first seen as 1 still learns."""
+    if family.first is None:
+        family.first = [list(s) for s in sizes]
+        return Dims()
+    changed = set()
+    for i, (seen, new) in enumerate(zip(family.first, sizes)):
+        for d, size in enumerate(new):
+            if size < 2:
+                continue
+            if seen[d] < 2:
+                seen[d] = size
+            elif seen[d] != size:
+                changed.add((i, d))
+    return Dims(changed)
 
 
 def refuse(signature: tuple, slots: list[int], device: Device) -> None:
