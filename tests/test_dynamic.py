@@ -68,7 +68,9 @@ def test_all_makes_every_dim_dynamic_from_the_first_call(fresh_cache, stats):
     assert stats()["kernels_compiled"] == compiled
 
 
-def test_mark_dynamic_makes_a_dim_dynamic_from_the_first_call(fresh_cache, stats):
+@pytest.mark.parametrize("setting", ["auto", "off"])
+def test_mark_dynamic_makes_a_dim_dynamic_from_the_first_call(setting, fresh_cache, stats):
+    turbine.config.dynamic = setting  # restored by the autouse fixture
     x = turbine.mark_dynamic(torch.randn(6, 4).to(D), 0)
     torch.testing.assert_close(torch.tanh(x).cpu(), torch.tanh(x.cpu()))
     compiled = stats()["kernels_compiled"]

@@ -9,8 +9,8 @@ call with a 0 or 1 at a dynamic dim gets a kernel for its own sizes. A family wh
 would branch on a dynamic size (tracing.py refuses it) stays static. What a family decided is
 kept in the kernel cache, so a new process compiles nothing for sizes it has not seen.
 
-``TURBINE_DYNAMIC`` (``config.dynamic``): ``auto`` (the rule above), ``off`` (a kernel per size)
-or ``all`` (every dim of size 2 or more dynamic from the first call); :func:`mark_dynamic` makes a
+``TURBINE_DYNAMIC`` (``config.dynamic``): ``auto`` (the rule above), ``off`` (a kernel per size;
+the default for now) or ``all`` (every dim of size 2 or more dynamic from the first call); :func:`mark_dynamic` makes a
 tensor's dim dynamic from the first call, as ``torch._dynamo.mark_dynamic`` does.
 """
 
@@ -78,15 +78,19 @@ def family_key(signature: tuple, slots: list[int]) -> tuple:
 def dims_for(leaves: Leaves, signature: tuple, slots: list[int]) -> Dims | None:
     """The dims to compile this call's kernel with as dynamic, or None for a static kernel."""
     chosen = mode()
-    if chosen == "off" or not leaves.tensors:
+    if not leaves.tensors:
         return None
     sizes = tuple(tuple(t.shape) for t in leaves.tensors)
     marked = Dims((i, d) for i, t in enumerate(leaves.tensors) for d in t._dynamic_dims)
+    if chosen == "off" and not marked:
+        return None  # off: only what the user marked is dynamic
     family = _family(family_key(signature, slots), leaves.device)
     if family.refused:
         return None
     if chosen == "all":
         found = Dims((i, d) for i, s in enumerate(sizes) for d, size in enumerate(s) if size >= 2)
+    elif chosen == "off":
+        found = Dims()
     else:
         found = _changed(family, sizes)
     dims = family.dims | found | marked
