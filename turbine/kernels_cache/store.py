@@ -333,15 +333,15 @@ class DiskStore:
 
     def choices(self) -> list[dict]:
         """Every kept choice, with its digest."""
-        found = []
-        for path in (self.root / "chosen").glob("*.json"):
-            with contextlib.suppress(OSError, ValueError):
-                found.append(dict(json.loads(path.read_text()), digest=path.stem))
-        return found
+        return self._records("chosen")
 
     def failures(self) -> list[dict]:
+        """Every remembered failed compile, with its digest."""
+        return self._records("failed")
+
+    def _records(self, folder: str) -> list[dict]:
         found = []
-        for path in (self.root / "failed").glob("*.json"):
+        for path in (self.root / folder).glob("*.json"):
             with contextlib.suppress(OSError, ValueError):
                 found.append(dict(json.loads(path.read_text()), digest=path.stem))
         return found
