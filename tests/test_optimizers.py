@@ -52,8 +52,13 @@ NEW_CODE_AT = {
 #: float32 gradient to bfloat16 before it orthogonalizes it: gradients 3e-8 apart (a matmul's
 #: summation order, IREE's against torch's) round apart now and then (first at step 10 here),
 #: and each update moves every direction by lr, so the two runs part by up to 1e-3 in the
-#: parameters by step 50. LBFGS's line search magnifies float32 rounding.
+#: parameters by step 50. LBFGS's line search magnifies float32 rounding. Adafactor divides
+#: each bias gradient by its own running RMS, so a bias whose gradient hovers near zero follows
+#: rounding: in torch's own float32 run, tanh rounded one ulp the other way moves the first bias
+#: by 1.1e-5 at step 50 (IREE's tanh is within 2.3 ulp on the CPU, and how close depends on the
+#: host's vector instructions).
 TOLERANCE = {
+    "Adafactor": ({"rtol": 1e-4, "atol": 1e-5}, {"rtol": 1e-4, "atol": 5e-5}),
     "Muon": ({"rtol": 1e-3, "atol": 1e-5}, {"rtol": 0, "atol": 3e-3}),
     "LBFGS": ({"rtol": 1e-3, "atol": 1e-4}, {"rtol": 1e-3, "atol": 1e-4}),
 }
