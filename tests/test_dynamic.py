@@ -134,3 +134,100 @@ def test_a_dim_first_seen_as_one_still_becomes_dynamic(fresh_cache, stats):
     compiled = stats()["kernels_compiled"]
     run(model, ours, 14)
     assert stats()["kernels_compiled"] == compiled
+
+
+def _executed(stats) -> int:
+    return stats()["kernels_compiled"]
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda t: t[:, 1:-1, ::2],
+        lambda t: t.transpose(0, 2)[1:],
+        lambda t: t[:, -1],
+        lambda t: t.permute(2, 0, 1)[::3, :, 1:2],
+    ],
+)
+def test_views_of_new_sizes_gather_and_write_with_one_kernel(view, fresh_cache, stats):
+    """Slices, transposes and steps of a growing tensor: after a second geometry, one gather
+    kernel and one scatter kernel per rank and dtype serve every later one."""
+
+    def check(length: int) -> None:
+        base = torch.randn(3, length, 6)
+        ours = base.to(D)
+        torch.testing.assert_close(view(ours).cpu(), view(base))
+        view(base).mul_(-1)
+        view(ours).mul_(-1)  # a write through the view: the scatter
+        torch.testing.assert_close(ours.cpu(), base)
+
+    for length in (5, 8):
+        check(length)
+    compiled = _executed(stats)
+    for length in (11, 4, 2, 17):
+        check(length)
+    assert _executed(stats) == compiled, "a view of new sizes compiled a kernel"
+
+
+def test_factories_of_new_sizes_compile_one_kernel(fresh_cache, stats):
+    for n in (3, 5):
+        torch.testing.assert_close(torch.full((n, n + 1), -2.5, device=D).cpu(), torch.full((n, n + 1), -2.5))
+        torch.testing.assert_close(torch.zeros(n, n + 1, device=D).cpu(), torch.zeros(n, n + 1))
+        assert torch.equal(torch.arange(n, 3 * n, 2, device=D).cpu(), torch.arange(n, 3 * n, 2))
+    compiled = _executed(stats)
+    for n in (7, 2, 12, 1):
+        torch.testing.assert_close(torch.full((n, n + 1), 0.25, device=D).cpu(), torch.full((n, n + 1), 0.25))
+        torch.testing.assert_close(torch.zeros(n, n + 1, device=D).cpu(), torch.zeros(n, n + 1))
+        torch.testing.assert_close(torch.ones(n, n + 1, device=D).cpu(), torch.ones(n, n + 1))
+        result = torch.arange(n, 3 * n, 2, device=D).cpu()
+        assert result.dtype == torch.int64 and torch.equal(result, torch.arange(n, 3 * n, 2))
+    assert _executed(stats) == compiled, "a factory compiled a kernel for a new size"
+
+
+def test_float_ranges_and_bool_fills_stay_per_size_and_correct(fresh_cache):
+    for n in (3, 6, 4):
+        torch.testing.assert_close(torch.arange(0.5, n, 0.7, device=D).cpu(), torch.arange(0.5, n, 0.7))
+        assert torch.equal(torch.full((n,), True, device=D).cpu(), torch.full((n,), True))
+
+
+def test_dims_equal_by_chance_get_no_new_kernel(fresh_cache, stats):
+    """Attention's q @ k^T and attn @ v are one bmm family: when the sequence length reaches the
+    head size, the two are equal by chance, not by the op's rule, so no kernel is compiled."""
+    heads = 8
+
+    def attention(q, k, v):
+        return torch.bmm(torch.bmm(q, k.transpose(1, 2)).softmax(-1), v)
+
+    for length in (5, 6):
+        q, k, v = (torch.randn(2, length, heads) for _ in range(3))
+        torch.testing.assert_close(attention(*(t.to(D) for t in (q, k, v))).cpu(), attention(q, k, v))
+    compiled = _executed(stats)
+    for length in (heads, 11, heads, 3):
+        q, k, v = (torch.randn(2, length, heads) for _ in range(3))
+        torch.testing.assert_close(attention(*(t.to(D) for t in (q, k, v))).cpu(), attention(q, k, v))
+    assert _executed(stats) == compiled
+
+
+def test_a_new_process_gathers_and_fills_new_sizes_with_the_kept_kernels(fresh_cache, stats):
+    for n in (4, 7):
+        base = torch.randn(n, 5)
+        torch.testing.assert_close(base.to(D)[:, 1:].cpu(), base[:, 1:])
+        torch.testing.assert_close(torch.full((n, 2), 1.5, device=D).cpu(), torch.full((n, 2), 1.5))
+    forget_memory()
+    turbine.reset_stats()
+    base = torch.randn(9, 5)
+    torch.testing.assert_close(base.to(D)[:, 1:].cpu(), base[:, 1:])
+    torch.testing.assert_close(torch.full((9, 2), 1.5, device=D).cpu(), torch.full((9, 2), 1.5))
+    assert stats()["kernels_compiled"] == 0
+
+
+def test_cache_list_shows_what_each_family_learnt(fresh_cache, capsys):
+    from turbine.__main__ import main
+
+    for n in (4, 7):
+        base = torch.randn(n, 5)
+        torch.testing.assert_close(torch.tanh(base.to(D)[:, 1:]).cpu(), torch.tanh(base[:, 1:]))
+    assert main(["cache", "list", "--dir", str(fresh_cache.root)]) == 0
+    listing = capsys.readouterr().out
+    assert "aten.tanh.default: dynamic: input 0 dim 0" in listing
+    assert "turbine.gather: one kernel for any size" in listing

@@ -99,6 +99,9 @@ def cache(args: argparse.Namespace) -> int:
                 dims = ", ".join(f"input {i} dim {d}" for i, d in choice["dims"]) or "none"
                 state = "refused (a kernel per size)" if choice.get("refused") else f"dynamic: {dims}"
                 print(f"{'shapes':>8}  {'':>9}  {'':>9}  {choice.get('op', '?')}: {state}")
+            elif "state" in choice:  # a view gather, view write or factory kind gone generic
+                state = "one kernel for any size" if choice["state"] == "generic" else "refused (a kernel per size)"
+                print(f"{'shapes':>8}  {'':>9}  {'':>9}  {choice.get('op', '?')}: {state}")
             else:
                 times = ", ".join(f"{name} {us} us" for name, us in (choice.get("us") or {}).items())
                 print(f"{'chosen':>8}  {'':>9}  {'':>9}  {choice.get('op', '?')}: {choice.get('executor', '?')} ({choice.get('why', '')}{'; ' + times if times else ''})")

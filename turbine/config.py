@@ -99,11 +99,10 @@ class Config:
     #: where timing both shows them faster), "iree" (IREE's kernels alone; torch's only as the
     #: fallback policy's) or "all" (the vendor executor on every device torch runs, CPU too).
     executors: str = "auto"
-    #: Which dims of a kernel take any size (eager/dynamic.py): "off" (a kernel per size; the
-    #: default until gathers, scatters and factories are shape-generic too), "auto" (a dim that
-    #: takes a second size of 2 or more, from then on) or "all" (every dim of size 2 or more, from
-    #: the first call).
-    dynamic: str = "off"
+    #: Which dims of a kernel take any size (eager/dynamic.py): "auto" (a dim that takes a second
+    #: size of 2 or more, from then on), "off" (a kernel per size) or "all" (every dim of size 2
+    #: or more, from the first call).
+    dynamic: str = "auto"
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -129,7 +128,7 @@ class Config:
             fix_cuda_autograd=_env_bool("TURBINE_FIX_CUDA_AUTOGRAD", True),
             launch_blocking=_env_bool("TURBINE_LAUNCH_BLOCKING", False),
             executors=os.environ.get("TURBINE_EXECUTORS", "auto").strip() or "auto",
-            dynamic=os.environ.get("TURBINE_DYNAMIC", "off").strip() or "off",
+            dynamic=os.environ.get("TURBINE_DYNAMIC", "auto").strip() or "auto",
         )
 
 

@@ -10,7 +10,7 @@ from turbine.device.buffer import Buffer, download, upload, upload_scalar
 from turbine.device.device import Device
 from turbine.device.dlpack import export_capsule, import_capsule
 from turbine.device.registry import available, by_index, current, open_device, opened_devices
-from turbine.device.views import ELEMENT_TYPES, NO_WAIT, BufferView, join, ready_fence, view_of
+from turbine.device.views import ELEMENT_TYPES, NO_WAIT, BufferView, join, ready_fence, sizes_carrier, view_of
 
 __all__ = [
     "Buffer",
@@ -22,6 +22,7 @@ __all__ = [
     "import_capsule",
     "join",
     "ready_fence",
+    "sizes_carrier",
     "view_of",
     "available",
     "by_index",

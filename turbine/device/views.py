@@ -35,6 +35,12 @@ def view_of(buffer: Buffer, shape: Sequence[int], element_type: Any) -> rt.HalBu
     return rt.HalBufferView(buffer.hal, shape, element_type)
 
 
+def sizes_carrier(view: rt.HalBufferView, sizes: Sequence[int], element_type: Any) -> rt.HalBufferView:
+    """A view of shape ``[*sizes, 0]`` (no elements) over another view's buffer: a shape-generic
+    kernel reads its sizes from such an input's dims, not from memory."""
+    return rt.HalBufferView(view.get_buffer(), [*sizes, 0], element_type)
+
+
 def join(fences: list[rt.HalFence]) -> rt.HalFence:
     """One fence that is reached when every fence in ``fences`` is."""
     if not fences:

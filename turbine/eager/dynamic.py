@@ -4,13 +4,19 @@ Calls of an op that differ only in their tensors' sizes (same dtypes, ranks, con
 family. The first call compiles a kernel for its sizes. When a later call has another size at a
 dim where both sizes are 2 or more, that dim becomes dynamic for the family: its kernel is
 compiled once with the dim unknown, and every later size there reuses it (torch.compile's rule:
-dynamic after the first change). Sizes 0 and 1 stay static (a 1 broadcasts, a 0 is empty), so a
+dynamic after the first change). Each dynamic dim is its own symbol unless the op's shape rules
+need two equal (bmm's inner dims): the trace says so and the family remembers it, so sizes that
+are equal by chance (a sequence length that reaches the head size) compile nothing new. Sizes 0 and 1 stay static (a 1 broadcasts, a 0 is empty), so a
 call with a 0 or 1 at a dynamic dim gets a kernel for its own sizes. A family whose lowering
 would branch on a dynamic size (tracing.py refuses it) stays static. What a family decided is
 kept in the kernel cache, so a new process compiles nothing for sizes it has not seen.
 
-``TURBINE_DYNAMIC`` (``config.dynamic``): ``auto`` (the rule above), ``off`` (a kernel per size;
-the default for now) or ``all`` (every dim of size 2 or more dynamic from the first call); :func:`mark_dynamic` makes a
+Kernels whose sizes are arguments rather than inputs' dims (gathering or writing a strided view,
+a ``torch.full`` of given sizes) follow the same rule through :func:`generic`: one kernel per
+kind, rank and dtype, which takes its sizes from a zero-element input and its strides as values.
+
+``TURBINE_DYNAMIC`` (``config.dynamic``): ``auto`` (the rule above, the default), ``off`` (a
+kernel per size) or ``all`` (every dim of size 2 or more dynamic from the first call); :func:`mark_dynamic` makes a
 tensor's dim dynamic from the first call, as ``torch._dynamo.mark_dynamic`` does.
 """
 
@@ -54,14 +60,16 @@ def mark_dynamic(tensor: DeviceTensor, dims: int | Iterable[int]) -> DeviceTenso
 
 
 class Family:
-    """What the calls of one family taught: the first call's sizes, the dims found dynamic, and
-    whether a dynamic kernel was refused (then the family stays static)."""
+    """What the calls of one family taught: the first call's sizes, the dims found dynamic, the
+    groups of them its ops need equal, and whether a dynamic kernel was refused (then the family
+    stays static)."""
 
-    __slots__ = ("first", "dims", "refused")
+    __slots__ = ("first", "dims", "equal", "refused")
 
-    def __init__(self, dims: Dims = Dims(), refused: bool = False) -> None:
+    def __init__(self, dims: Dims = Dims(), equal: tuple = (), refused: bool = False) -> None:
         self.first: list[list[int]] | None = None
         self.dims = dims
+        self.equal: tuple[Dims, ...] = equal
         self.refused = refused
 
 
@@ -127,17 +135,22 @@ def refuse(signature: tuple, slots: list[int], device: Device) -> None:
     _keep(signature, slots, device, family)
 
 
-def dynamic_inputs(leaves: Leaves, dims: Dims) -> tuple[list, list]:
-    """The kernel's tensor inputs with ``dims`` unknown, for the signature and for tracing: dims
-    of equal size share a symbol (torch's shape rules may need them equal; a call whose equal
-    sizes differ is another kernel)."""
-    symbols: dict[int, str] = {}
+def dynamic_inputs(leaves: Leaves, dims: Dims, signature: tuple, slots: list[int]) -> tuple[list, list, dict] | None:
+    """The kernel's tensor inputs with ``dims`` unknown, for the signature and for tracing, and
+    each symbol's dims. A dynamic dim is its own symbol, except dims the family found its ops
+    need equal (:func:`must_match`), which share one; None if this call's sizes differ there
+    (it gets a static kernel)."""
+    family = _family(family_key(signature, slots), leaves.device)
+    shared = {dim: group for group in family.equal for dim in group}
+    names: dict[Any, str] = {}
+    symbol_dims: dict[str, list] = {}
     keyed, traced = [], []
     for i, tensor in enumerate(leaves.tensors):
         key_sizes, trace_sizes = [], []
         for d, size in enumerate(tensor.shape):
             if (i, d) in dims:
-                symbol = symbols.setdefault(size, f"s{len(symbols)}")
+                symbol = names.setdefault(shared.get((i, d), (i, d)), f"s{len(names)}")
+                symbol_dims.setdefault(symbol, []).append((i, d))
                 key_sizes.append(symbol)
                 trace_sizes.append(Dynamic(symbol, size))
             else:
@@ -145,7 +158,59 @@ def dynamic_inputs(leaves: Leaves, dims: Dims) -> tuple[list, list]:
                 trace_sizes.append(size)
         keyed.append(("dynamic", tuple(key_sizes), str(tensor.dtype).removeprefix("torch.")))
         traced.append((tuple(trace_sizes), tensor.dtype))
-    return keyed, traced
+    sizes = [tuple(t.shape) for t in leaves.tensors]
+    if any(len({sizes[i][d] for i, d in group}) > 1 for group in symbol_dims.values()):
+        return None
+    return keyed, traced, symbol_dims
+
+
+def must_match(signature: tuple, slots: list[int], device: Device, groups: list[list]) -> None:
+    """The family's ops need each of ``groups`` (lists of dims) equal: from now on those dims
+    share a symbol (kept on disk with the family)."""
+    family = _family(family_key(signature, slots), device)
+    merged = [set(g) for g in family.equal] + [set(g) for g in groups]
+    changed = True
+    while changed:  # join groups that share a dim
+        changed = False
+        for a in range(len(merged)):
+            for b in range(a + 1, len(merged)):
+                if merged[a] & merged[b]:
+                    merged[a] |= merged.pop(b)
+                    changed = True
+                    break
+            if changed:
+                break
+    family.equal = tuple(Dims(g) for g in merged)
+    _keep(signature, slots, device, family)
+
+
+def generic(key: tuple, geometry: tuple, device: Device) -> bool:
+    """Whether this call of a kernel kind that takes its sizes as arguments (``key``: the kind,
+    rank, dtype and what else its kernel compiles in; ``geometry``: this call's sizes, strides,
+    offset) runs on the kind's one shape-generic kernel: under ``auto`` once the kind met a second
+    geometry, under ``all`` always, under ``off`` never. Kept in the kernel cache like families."""
+    chosen = mode()
+    if chosen == "off":
+        return False
+    families = runtime.state.families
+    family_key = ("generic family", *key)
+    seen = families.get(family_key)
+    if seen is None:
+        kept = kernel_cache.choice(family_key, device) or {}
+        seen = families[family_key] = kept.get("state", geometry)
+    if seen == "refused" or (chosen == "auto" and seen == geometry):
+        return False
+    if seen != "generic":
+        families[family_key] = "generic"
+        kernel_cache.keep_choice(family_key, device, {"op": str(key[0]), "state": "generic"})
+    return True
+
+
+def refuse_generic(key: tuple, device: Device) -> None:
+    """The kind's generic kernel did not compile: its calls keep a kernel per geometry."""
+    family_key = ("generic family", *key)
+    runtime.state.families[family_key] = "refused"
+    kernel_cache.keep_choice(family_key, device, {"op": str(key[0]), "state": "refused"})
 
 
 def _family(key: tuple, device: Device) -> Family:
@@ -153,10 +218,17 @@ def _family(key: tuple, device: Device) -> Family:
     family = families.get(key)
     if family is None:
         kept = kernel_cache.choice(key, device) or {}
-        family = families[key] = Family(Dims(tuple(pair) for pair in kept.get("dims", ())), bool(kept.get("refused")))
+        dims = Dims(tuple(pair) for pair in kept.get("dims", ()))
+        equal = tuple(Dims(tuple(pair) for pair in group) for group in kept.get("equal", ()))
+        family = families[key] = Family(dims, equal, bool(kept.get("refused")))
     return family
 
 
 def _keep(signature: tuple, slots: list[int], device: Device, family: Family) -> None:
-    choice: dict[str, Any] = {"op": str(signature[0]), "dims": sorted(family.dims), "refused": family.refused}
+    choice: dict[str, Any] = {
+        "op": str(signature[0]),
+        "dims": sorted(family.dims),
+        "equal": [sorted(group) for group in family.equal],
+        "refused": family.refused,
+    }
     kernel_cache.keep_choice(family_key(signature, slots), device, choice)

@@ -4,21 +4,30 @@
 - Factories that copy host data (``torch.tensor``, ``as_tensor``) upload it.
 - ``empty`` allocates; every other factory is a compiled kernel with no inputs, cached by its
   arguments, so ``torch.zeros(1000, 1000, device=...)`` moves no data from the host.
+- ``full``, ``zeros``, ``ones`` and integer ``arange`` called at a second size go shape-generic
+  (eager/dynamic.py's rule): one kernel per rank and dtype takes the sizes from a zero-element
+  input of shape ``[*sizes, 0]``, and the fill value (``arange``'s start and step) as values.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 import torch
 
-from turbine.device import NO_WAIT, Device
-from turbine.eager import lowering, runtime
+from turbine.device import NO_WAIT, Device, sizes_carrier
+from turbine.eager import dynamic, lowering, runtime
 from turbine.eager.dtypes import check_dtype
-from turbine.eager.scalars import number_dtype, scalar_view
+from turbine.eager.dtypes import ELEMENT_TYPES
+from turbine.eager.scalars import int_vector, number_dtype, scalar_view
 from turbine.eager.tensor import DeviceTensor, empty, wrap
 from turbine.eager.transfer import to_device
+from turbine.errors import CompileError
 from turbine.kernels_cache import kernel_cache
+from turbine.kernels_cache.tracing import Dynamic
+
+log = logging.getLogger("turbine")
 
 RANDOM = {
     "rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "poisson",
@@ -93,17 +102,25 @@ def _run_factory_kernel(func: Callable, name: str, args: tuple, kwargs: dict, de
     entry = kernels.get(key)
     if entry is None:
         meta = func(*args, device="meta", **kwargs)
+        generic = _generic_factory(name, args, call_kwargs, fill, meta, device)
+        if generic is not None:
+            return generic
         check_dtype(meta.dtype, f"the result of torch.{name}")
         sizes = tuple(meta.shape)
         if meta.numel() == 0:
             return empty(sizes, meta.dtype, device)  # no values to compute (see dispatch._zero_size)
         inputs = [] if fill is None else [((), number_dtype(fill))]
-        kernel = kernel_cache.kernel(
-            ("factory",) + key[:4],
-            device,
-            lambda: lowering.lower(_traced(func, call_args, {**call_kwargs, "dtype": meta.dtype}, name), inputs),
-            f"torch.{name}{_freeze(call_args)}",
-        )
+        try:
+            kernel = kernel_cache.kernel(
+                ("factory",) + key[:4],
+                device,
+                lambda: lowering.lower(_traced(func, call_args, {**call_kwargs, "dtype": meta.dtype}, name), inputs),
+                f"torch.{name}{_freeze(call_args)}",
+            )
+        except CompileError:
+            # IREE 3.13 cannot compile some (a float arange's float64 steps): made on the host.
+            log.info("torch.%s%s is made on the host and uploaded: its kernel does not compile", name, _freeze(args))
+            return to_device(func(*args, device="cpu", **kwargs), device)
         entry = kernels[key] = (kernel, sizes, meta.dtype)
     kernel, sizes, dtype = entry
     views = [] if fill is None else [scalar_view(device, fill, number_dtype(fill))]
@@ -127,3 +144,66 @@ def _traced(func: Callable, args: tuple, kwargs: dict, name: str) -> Callable[..
         return [func(*call_args, device="cpu", **call_kwargs)]
 
     return traced
+
+
+#: Factories that go shape-generic, each as the one it runs as (zeros and ones are fills).
+_GENERIC = {"full": "full", "zeros": "full", "ones": "full", "arange": "arange"}
+
+
+def _generic_factory(
+    name: str, args: tuple, call_kwargs: dict, fill: int | float | None, meta: torch.Tensor, device: Device
+) -> DeviceTensor | None:
+    """The factory's result from its kind's shape-generic kernel, where the call goes generic
+    (eager/dynamic.py); None to take the kernel compiled for this call's arguments."""
+    kind = _GENERIC.get(name)
+    if kind is None or meta.numel() == 0 or set(call_kwargs) - {"dtype", "fill_value"}:
+        return None
+    if kind == "full":
+        fill = {"zeros": 0, "ones": 1}.get(name, fill)
+        if fill is None:
+            return None  # a bool or tensor fill value: compiled in
+        values = scalar_view(device, fill, number_dtype(fill))
+        key: tuple = ("torch.full", meta.dim(), str(meta.dtype), str(number_dtype(fill)))
+        geometry: tuple = tuple(meta.shape)
+    else:
+        if meta.dtype.is_floating_point or not all(type(a) is int for a in args):
+            return None  # float ranges round as torch's kernel does: compiled per call
+        start, step = (args[0] if len(args) > 1 else 0), (args[2] if len(args) > 2 else 1)
+        values = int_vector(device, (start, step))
+        key = ("torch.arange", 1, str(meta.dtype))
+        geometry = args
+    if not dynamic.generic(key, geometry, device):
+        return None
+    kernel = _generic_factory_kernel(key, kind, meta, fill, device)
+    if kernel is None:
+        return None
+    carrier = sizes_carrier(values, meta.shape, ELEMENT_TYPES[meta.dtype])
+    ((buffer, view),) = kernel.launch([carrier, values], NO_WAIT)
+    return wrap(buffer, meta.dtype, tuple(meta.shape), view)
+
+
+def _generic_factory_kernel(key: tuple, kind: str, meta: torch.Tensor, fill: Any, device: Device) -> Any:
+    """The one kernel of a generic factory kind (None, and its calls compiled per size from now
+    on, if it does not compile)."""
+    rank, dtype = meta.dim(), meta.dtype
+
+    def full(carrier: torch.Tensor, value: torch.Tensor) -> list[torch.Tensor]:
+        return [torch.full(carrier.shape[:rank], value.to(dtype).item(), dtype=dtype)]
+
+    def arange(carrier: torch.Tensor, start_step: torch.Tensor) -> list[torch.Tensor]:
+        steps = torch.arange(carrier.shape[0], dtype=torch.int64)
+        return [(start_step[0] + start_step[1] * steps).to(dtype)]
+
+    carrier = (tuple(Dynamic(f"s{d}", 2) for d in range(rank)) + (0,), dtype)
+    if kind == "full":
+        traced, inputs = full, [carrier, ((), number_dtype(fill))]
+    else:
+        traced, inputs = arange, [carrier, ((2,), torch.int64)]
+    try:
+        return kernel_cache.kernel(
+            ("factory", "generic", *key), device, lambda: lowering.lower(traced, inputs), f"{key[0]} of any size",
+            {"dynamic": True},
+        )
+    except CompileError:
+        dynamic.refuse_generic(key, device)
+        return None

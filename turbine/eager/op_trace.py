@@ -23,6 +23,7 @@ from turbine.eager.schema import OpSchema, schema_of
 from turbine.eager.signature import Leaves, is_runtime, rebuild
 from turbine.errors import CompileError
 from turbine.kernels_cache import kernel_cache
+from turbine.kernels_cache.tracing import SymbolsMustMatch
 
 aten = torch.ops.aten
 
@@ -211,22 +212,53 @@ def _dynamic_kernel_plan(
     signature: tuple, slots: list[int], dims: frozenset, scalar_dtypes: list,
 ) -> KernelPlan | None:
     """The plan of a kernel with ``dims`` dynamic (eager/dynamic.py), compiled now if new; None
-    where it does not compile (the family then stays static)."""
-    keyed, traced = dynamic.dynamic_inputs(leaves, dims)
-    dynamic_signature = list(signature)
-    for slot, key in zip(slots, keyed):
-        dynamic_signature[slot] = key
-    dynamic_signature = tuple(dynamic_signature)
-    inputs = traced + [((), d) for d in scalar_dtypes]
-    lowerings = _lowerings(func, schema, args, kwargs, leaves, metas, inputs)
-    describe = f"{func}({', '.join(f'{k[2]}{list(k[1])}' for k in keyed)})"
-    metadata = {"outputs": None, "structure": kind, "dynamic": True}
-    try:  # in the foreground: a family compiles one dynamic kernel, and a refusal must be known now
-        kernel = kernel_cache.kernel(dynamic_signature, leaves.device, lowerings, describe, metadata)
-    except CompileError:
-        dynamic.refuse(signature, slots, leaves.device)
-        return None
-    return KernelPlan(func, leaves.device, kernel, dynamic_signature, scalar_dtypes, layouts_of(metas), kind)
+    where it does not compile (the family then stays static) or this call's sizes do not fit
+    the dims the family's ops need equal."""
+    for _ in range(len(dims)):  # each round joins two symbols at least
+        found = dynamic.dynamic_inputs(leaves, dims, signature, slots)
+        if found is None:
+            return None
+        keyed, traced, symbol_dims = found
+        dynamic_signature = list(signature)
+        for slot, key in zip(slots, keyed):
+            dynamic_signature[slot] = key
+        dynamic_signature = tuple(dynamic_signature)
+        kernel = kernel_cache.stored(dynamic_signature, leaves.device)
+        if kernel is None:
+            inputs = traced + [((), d) for d in scalar_dtypes]
+            lowerings = _lowerings(func, schema, args, kwargs, leaves, metas, inputs)
+            try:
+                first = _traced_first(lowerings)
+            except SymbolsMustMatch as needed:
+                groups = [symbol_dims[a] + symbol_dims[b] for a, b in needed.pairs]
+                dynamic.must_match(signature, slots, leaves.device, groups)
+                continue
+            describe = f"{func}({', '.join(f'{k[2]}{list(k[1])}' for k in keyed)})"
+            metadata = {"outputs": None, "structure": kind, "dynamic": True}
+            try:  # in the foreground: a family compiles one dynamic kernel, and a refusal must be known now
+                kernel = kernel_cache.kernel(dynamic_signature, leaves.device, [first, *lowerings[1:]], describe, metadata)
+            except CompileError:
+                dynamic.refuse(signature, slots, leaves.device)
+                return None
+        return KernelPlan(func, leaves.device, kernel, dynamic_signature, scalar_dtypes, layouts_of(metas), kind)
+    return None
+
+
+def _traced_first(lowerings: list) -> Any:
+    """The first lowering, traced now (raising SymbolsMustMatch before anything compiles), as a
+    lowering that gives its text, or re-raises its error for the compile to report."""
+    try:
+        text = lowerings[0]()
+    except SymbolsMustMatch:
+        raise
+    except Exception as error:  # noqa: BLE001 - the compile tries the other lowerings and reports this
+        failure = error
+
+        def failed() -> str:
+            raise failure
+
+        return failed
+    return lambda: text
 
 
 def _tensor_slots(leaves: Leaves) -> list[int]:

@@ -30,12 +30,25 @@ def scalar_view(device: Device, value: Any, dtype: torch.dtype) -> BufferView:
     return view
 
 
+def int_vector(device: Device, values: tuple[int, ...]) -> BufferView:
+    """A 1-D int64 device buffer of ``values`` (a view's strides and offset, a factory's sizes'
+    companions), kept like numbers so that a loop over the same views uploads nothing."""
+    key = ("int vector", values)
+    views = runtime.state.device(device.index).scalar_views
+    view = views.get(key)
+    if view is None:
+        if len(views) >= config.scalar_cache_size:
+            views.pop(next(iter(views)))
+        view = views[key] = _upload_scalar(device, torch.tensor(values, dtype=torch.int64))
+    return view
+
+
 def number_dtype(value: int | float) -> torch.dtype:
     """The dtype a number crosses in when a kernel takes it as a number: 64 bits, as Python holds it."""
     return torch.float64 if type(value) is float else torch.int64
 
 
 def _upload_scalar(device: Device, value: torch.Tensor) -> BufferView:
-    raw = value.reshape(1).view(torch.uint8).numpy()
+    raw = value.reshape(-1).view(torch.uint8).numpy()
     buffer = upload_scalar(device, np.ascontiguousarray(raw))
-    return view_of(buffer, [], ELEMENT_TYPES[value.dtype])
+    return view_of(buffer, list(value.shape), ELEMENT_TYPES[value.dtype])

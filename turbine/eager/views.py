@@ -5,18 +5,29 @@ that starts inside a buffer (FACTS.md). So a strided view is gathered into a den
 small kernel, and an in-place result on such a view is scattered back into a new storage buffer.
 Both kernels compute the flat element index of the view on the device (a 1-D index: a 0-d index
 crashes IREE 3.13's compiler), so no index data crosses from the host.
+
+A view's geometry (sizes, strides, offset) is compiled into its kernel, until views of one rank
+and dtype have come in two geometries (eager/dynamic.py's rule): from then on one kernel serves
+them all, taking the sizes from a zero-element input of shape ``[*sizes, 0]`` (a dim IREE reads
+from the buffer view, not from memory) and the strides and offset as one small int64 input.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+from turbine.eager import dynamic
 from turbine.eager.dtypes import ELEMENT_TYPES, STORAGE_ONLY
 from turbine.eager.lowering import lower
+from turbine.eager.scalars import int_vector
 from turbine.eager.tensor import DeviceTensor, empty, wrap
 from turbine.eager.transfer import download_dense, to_device
-from turbine.device import BufferView, ready_fence, view_of
+from turbine.device import BufferView, ready_fence, sizes_carrier, view_of
+from turbine.errors import CompileError
 from turbine.kernels_cache import kernel_cache
+from turbine.kernels_cache.tracing import Dynamic
 
 aten = torch.ops.aten
 
@@ -27,9 +38,10 @@ def meta_like(tensor: DeviceTensor) -> torch.Tensor:
     return base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
 
-def _flat_index(sizes: tuple[int, ...], strides: tuple[int, ...], offset: int) -> torch.Tensor:
-    """Inside a trace: the storage index of every element of the view, as one 1-D int64 tensor."""
-    index = torch.full((1,) * max(len(sizes), 1), offset, dtype=torch.int64)
+def _flat_index(sizes: tuple, strides: Any, offset: Any) -> torch.Tensor:
+    """Inside a trace: the storage index of every element of the view, as one 1-D int64 tensor
+    (strides and offset numbers, or 0-d tensors of a generic kernel's input)."""
+    index = offset + torch.zeros((1,) * max(len(sizes), 1), dtype=torch.int64)
     for dim, (size, stride) in enumerate(zip(sizes, strides)):
         shape = [1] * len(sizes)
         shape[dim] = size
@@ -68,6 +80,13 @@ def dense(tensor: DeviceTensor) -> DeviceTensor:
     if storage.dtype in STORAGE_ONLY:  # no kernel takes complex: gather on the host
         return to_device(_storage_on_host(storage).as_strided(sizes, strides, offset), storage.device)
 
+    generic = _generic_kernel("turbine.gather", tensor)
+    if generic is not None:
+        carrier = sizes_carrier(_flat_view(tensor), sizes, ELEMENT_TYPES[storage.dtype])
+        inputs = [_flat_view(tensor), carrier, int_vector(storage.device, (*strides, offset))]
+        ((buffer, view),) = generic.launch(inputs, ready_fence([storage.buffer]))
+        return wrap(buffer, tensor.dtype, sizes, view)
+
     def gather(flat: torch.Tensor) -> torch.Tensor:
         return aten.index.Tensor(flat, [_flat_index(sizes, strides, offset)]).reshape(sizes)
 
@@ -99,6 +118,11 @@ def write(target: DeviceTensor, values: DeviceTensor) -> None:
         storage.buffer = to_device(whole, storage.device)._storage.buffer
         return
     sizes, strides, offset, numel, _ = geometry = _geometry(target)
+    generic = _generic_kernel("turbine.scatter", target)
+    if generic is not None:
+        inputs = [_flat_view(target), values.buffer_view(), int_vector(storage.device, (*strides, offset))]
+        ((storage.buffer, _),) = generic.launch(inputs, ready_fence([storage.buffer, values._storage.buffer]))
+        return
 
     def scatter(flat: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
         index = _flat_index(sizes, strides, offset)
@@ -112,3 +136,36 @@ def write(target: DeviceTensor, values: DeviceTensor) -> None:
     )
     inputs = [_flat_view(target), values.buffer_view()]
     ((storage.buffer, _),) = kernel.launch(inputs, ready_fence([storage.buffer, values._storage.buffer]))
+
+
+def _generic_kernel(kind: str, view: DeviceTensor) -> Any:
+    """The one gather or scatter kernel of the view's rank and dtype, if the views of that rank and
+    dtype have gone generic (eager/dynamic.py) and it compiles; else None (a kernel per geometry)."""
+    storage, rank = view._storage, view.dim()
+    key = (kind, rank, str(storage.dtype))
+    if not dynamic.generic(key, _geometry(view), storage.device):
+        return None
+    sizes = tuple(Dynamic(f"s{d}", 2) for d in range(rank))
+    flat = ((Dynamic("n", 16),), storage.dtype)
+    geometry = ((rank + 1,), torch.int64)
+
+    def gather(flat: torch.Tensor, carrier: torch.Tensor, geometry: torch.Tensor) -> torch.Tensor:
+        sizes = carrier.shape[:rank]
+        return aten.index.Tensor(flat, [_flat_index(sizes, geometry[:rank], geometry[rank])]).reshape(sizes)
+
+    def scatter(flat: torch.Tensor, update: torch.Tensor, geometry: torch.Tensor) -> torch.Tensor:
+        index = _flat_index(update.shape, geometry[:rank], geometry[rank])
+        return aten.index_put.default(flat, [index], update.reshape(-1))
+
+    if kind == "turbine.gather":
+        traced, inputs = gather, [flat, ((*sizes, 0), storage.dtype), geometry]
+    else:
+        traced, inputs = scatter, [flat, (sizes, storage.dtype), geometry]
+    try:
+        return kernel_cache.kernel(
+            (*key, "generic"), storage.device, lambda: lower(traced, inputs), f"{kind} of any rank-{rank} view",
+            {"dynamic": True},
+        )
+    except CompileError:
+        dynamic.refuse_generic(key, storage.device)
+        return None

@@ -10,7 +10,9 @@ import functools
 import threading
 from typing import Any, Callable, Sequence
 
+import sympy
 import torch
+from torch._dynamo.source import ConstantSource
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
@@ -26,8 +28,10 @@ def lower(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], decompositi
     """MLIR text of ``fn`` traced on inputs of the given (sizes, dtype); exported as ``main``.
 
     A size may be a ``Dynamic`` dim instead of a number: the kernel then takes any size there
-    (dims of one ``Dynamic.symbol`` take equal sizes). A trace whose ops would branch on such a
-    size (a guard on it) is refused with CompileError, since the kernel must serve every size.
+    (dims of one ``Dynamic.symbol`` take equal sizes). A trace whose ops need two symbols equal
+    (bmm's inner dims) raises SymbolsMustMatch, so the caller can give them one symbol; one whose
+    ops would branch on a size otherwise is refused with CompileError, since the kernel must
+    serve every size.
     ``decompositions`` (op -> function) replaces the ops it names while tracing."""
     dynamic = any(isinstance(size, Dynamic) for sizes, _ in inputs for size in sizes)
     # Traces see ops as turbine's dispatch does, below autograd: there a composite op (isclose)
@@ -50,6 +54,14 @@ def lower(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], decompositi
     return str(importer.module)
 
 
+class SymbolsMustMatch(CompileError):
+    """The traced ops need dynamic dims of different symbols to be equal: ``pairs`` of symbols."""
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        super().__init__(f"the lowering needs equal sizes at {', '.join(f'{a} = {b}' for a, b in pairs)}")
+        self.pairs = pairs
+
+
 class Dynamic:
     """A dim a kernel takes at any size of 2 or more; ``hint`` is the size it is traced at. Dims
     with the same ``symbol`` take the same size (torch's shape rules may need them equal)."""
@@ -66,13 +78,14 @@ class Dynamic:
 
 def _trace_dynamic(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], decompositions: dict | None) -> Any:
     """``fn`` traced on fake tensors whose ``Dynamic`` dims are symbols of one shape environment."""
-    shape_env = ShapeEnv()
+    shape_env = ShapeEnv(duck_shape=False)  # equal sizes are not the same symbol by chance
     mode = FakeTensorMode(shape_env=shape_env)
-    symbols: dict[str, Any] = {}
+    symbols: dict[str, list] = {}
     examples = []
-    for sizes, dtype in inputs:
+    for position, (sizes, dtype) in enumerate(inputs):
         example = mode.from_tensor(
             torch.empty([s.hint if isinstance(s, Dynamic) else s for s in sizes], dtype=dtype),
+            source=ConstantSource(f"input{position}"),  # a symbol of its own for each dim
             symbolic_context=StatelessSymbolicContext(
                 dynamic_sizes=[DimDynamic.DYNAMIC if isinstance(s, Dynamic) else DimDynamic.STATIC for s in sizes]
             ),
@@ -85,12 +98,26 @@ def _trace_dynamic(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], de
     for same in symbols.values():
         for other in same[1:]:
             torch._check(other == same[0])
+    names = {same[0].node.expr: name for name, same in symbols.items()}  # before a guard replaces one
     before = len(shape_env.guards)
     graph_module = make_fx(fn, tracing_mode="symbolic", decomposition_table=decompositions)(*examples)
-    guards = [str(guard.expr) for guard in shape_env.guards[before:]]
+    guards = [guard.expr for guard in shape_env.guards[before:]]
     if guards:
-        raise CompileError(f"the lowering depends on the sizes of its dynamic dims ({', '.join(guards[:3])})")
+        pairs = [_equality(guard, names) for guard in guards]
+        if all(pairs):
+            raise SymbolsMustMatch(sorted(set(pairs)))
+        raise CompileError(f"the lowering depends on the sizes of its dynamic dims ({', '.join(map(str, guards[:3]))})")
     return graph_module
+
+
+def _equality(guard: Any, names: dict) -> tuple[str, str] | None:
+    """The two symbols' names if ``guard`` says that two input symbols are equal, else None."""
+    free = sorted(guard.free_symbols, key=str)
+    if not isinstance(guard, sympy.Eq) or len(free) != 2 or not all(f in names for f in free):
+        return None
+    if guard.subs(free[1], free[0]) is not sympy.true:
+        return None
+    return tuple(sorted((names[free[0]], names[free[1]])))
 
 
 @functools.lru_cache(maxsize=None)
