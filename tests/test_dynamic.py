@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -231,3 +235,45 @@ def test_cache_list_shows_what_each_family_learnt(fresh_cache, capsys):
     listing = capsys.readouterr().out
     assert "aten.tanh.default: dynamic: input 0 dim 0" in listing
     assert "turbine.gather: one kernel for any size" in listing
+
+
+PROCESS = """
+import copy, json, sys, torch, turbine
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.GELU(), torch.nn.Linear(24, 5))
+ours = copy.deepcopy(model).to("turbine:cpu")
+with turbine.override(background_compile=False):
+    for n in map(int, sys.argv[1:]):
+        x = torch.randn(n, 12)
+        torch.testing.assert_close(ours(x.to("turbine:cpu")).cpu(), model(x), rtol=1e-4, atol=1e-5)
+        base = torch.randn(n, 7)
+        torch.testing.assert_close(base.to("turbine:cpu")[:, 2:].cpu(), base[:, 2:])
+        torch.testing.assert_close(torch.full((n, 3), 0.5, device="turbine:cpu").cpu(), torch.full((n, 3), 0.5))
+print(json.dumps(turbine.stats()))
+"""
+
+
+def _process(cache_dir, *sizes: int) -> dict:
+    environment = dict(
+        os.environ, TURBINE_CACHE_DIR=str(cache_dir), TURBINE_CACHE_PLANS="1", TURBINE_CACHE_BUNDLES="1",
+        TURBINE_BUNDLE_MIN_KERNELS="3", TURBINE_DYNAMIC="auto",
+    )
+    command = [sys.executable, "-c", PROCESS, *map(str, sizes)]
+    result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow  # new processes
+def test_plans_and_bundles_hold_dynamic_kernels_for_the_next_process(tmp_path):
+    """A process that saw two batch sizes leaves its dynamic kernels, families, plans and bundle;
+    the next runs those sizes from saved plans and new sizes with no compile at all."""
+    from turbine.kernels_cache import bundles
+
+    first = _process(tmp_path, 6, 9)
+    assert first["kernels_compiled"] > 0
+    assert bundles.wait_for_builders(tmp_path, timeout=300)
+    assert list(tmp_path.glob("kernels/*/*.bundle")), "no bundle was built"
+    second = _process(tmp_path, 6, 9, 23, 2, 41)
+    assert second["kernels_compiled"] == 0
+    assert second["plans_from_disk"] > 0 and second["bundles_loaded"] == 1

@@ -7,6 +7,7 @@ import torch
 from turbine.device import registry
 from turbine.eager import accelerator_fix
 from turbine.eager.ops import attention
+from turbine.eager.tensor import rebuild
 
 BACKEND = "turbine"
 
@@ -58,6 +59,16 @@ class _BackendModule:
         return [torch.float16, torch.bfloat16]
 
 
+def _no_tag(storage: object) -> None:
+    """turbine tags no storage: its tensors have none (they pickle as host values, tensor.py)."""
+    return None
+
+
+def _host_storage_for_turbine(storage: object, location: str) -> object | None:
+    """A storage ``torch.load`` maps to a turbine device stays on the host; None for others."""
+    return storage if location.startswith(BACKEND) else None
+
+
 def register() -> None:
     """Rename PrivateUse1 to "turbine" with a Python device guard and hooks (once per process).
 
@@ -72,3 +83,9 @@ def register() -> None:
     torch.autograd.set_multithreading_enabled(False)
     accelerator_fix.apply()  # naming PrivateUse1 broke torch's own CUDA autograd
     attention.register_autograd_kernel()  # torch's fused attention kernels where the vendor runs
+    # torch.load's default (weights_only) unpickles only allowed functions: turbine tensors in a
+    # checkpoint are rebuilt from host values and a device name, nothing else.
+    torch.serialization.add_safe_globals([rebuild])
+    # map_location="turbine:..." is applied to every storage in the file, and turbine tensors'
+    # values are saved as host storages: those stay on the host, and rebuild moves the tensor.
+    torch.serialization.register_package(15, _no_tag, _host_storage_for_turbine)

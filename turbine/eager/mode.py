@@ -88,7 +88,18 @@ _PARSE_TO = torch._C._nn._parse_to
 #: Calls that run autograd's backward: errors inside them are held until they return.
 _BACKWARD = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
 _SHALLOW_COPY_COMPATIBLE = torch._has_compatible_shallow_copy_type
-_INTERCEPTED = (*_TENSOR_TO, _PARSE_TO, *_BACKWARD, _SHALLOW_COPY_COMPATIBLE)
+_INTERCEPTED = (*_TENSOR_TO, _PARSE_TO, *_BACKWARD, _SHALLOW_COPY_COMPATIBLE, torch.device)
+
+
+def _device_object(*args: Any, **kwargs: Any) -> torch.device:
+    """``torch.device("turbine:cpu")``: torch's device type plus index cannot spell a turbine
+    device name, so the name opens its device and gives ``torch.device("turbine", k)``, its torch
+    index (the nearest form torch allows); every other spelling is torch's own."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], str) and args[0].startswith("turbine:"):
+        suffix = args[0].removeprefix("turbine:")
+        if not suffix.isdigit():
+            return torch.device("turbine", open_device(args[0]).index)
+    return torch.device(*args, **kwargs)
 
 
 class DeviceMode(TorchFunctionMode):
@@ -105,6 +116,8 @@ class DeviceMode(TorchFunctionMode):
             kwargs = {}
         if func is _SHALLOW_COPY_COMPATIBLE:
             return _shallow_copy_compatible(*args)
+        if func is torch.device:
+            return _device_object(*args, **kwargs)
         if func in _BACKWARD:
             with backward_errors.collecting(), _autograd_threads_that_fit():
                 return func(*args, **kwargs)

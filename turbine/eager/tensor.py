@@ -37,6 +37,16 @@ def contiguous_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def rebuild(host: torch.Tensor, device: str, requires_grad: bool, parameter: bool = False) -> torch.Tensor:
+    """A pickled DeviceTensor back: on the device it was saved from (by name: ``turbine:cpu``), or
+    on the device ``torch.load(map_location=...)`` maps that name to, ``"cpu"`` included."""
+    target = torch._utils._get_restore_location(device)  # torch.load's map_location, if any
+    tensor = host.to(target)
+    if parameter:
+        return torch.nn.Parameter(tensor, requires_grad)
+    return tensor.requires_grad_(requires_grad) if requires_grad else tensor
+
+
 def numel_of(sizes: tuple[int, ...]) -> int:
     count = 1
     for size in sizes:
@@ -157,6 +167,33 @@ class DeviceTensor(torch.Tensor):
 
     def __repr__(self, *, tensor_contents=None) -> str:
         return formatting.tensor_repr(self)
+
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        """Pickled (``torch.save``, ``pickle``) as its values on the host and its device's name, so
+        a checkpoint holds no IREE object; loading puts it back on a device of that name, or where
+        ``torch.load``'s ``map_location`` says."""
+        with torch.no_grad():
+            host = self.detach().cpu()
+        return (rebuild, (host, self.turbine_device.name, self.requires_grad, bool(getattr(self, "_is_param", False))))
+
+    def __deepcopy__(self, memo: dict) -> torch.Tensor:
+        """A copy on the same device, with its own buffer (torch's rule: graph leaves only)."""
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol at the moment. "
+                "If you were attempting to deepcopy a module, this may be because of a torch.nn.utils.weight_norm usage, "
+                "see https://github.com/pytorch/pytorch/pull/103001"
+            )
+        with torch.no_grad():
+            copied = self.clone()
+        if getattr(self, "_is_param", False):
+            copied = torch.nn.Parameter(copied, self.requires_grad)
+        else:
+            copied.requires_grad_(self.requires_grad)
+        memo[id(self)] = copied
+        return copied
 
     def numpy(self, *args, **kwargs):
         raise TypeError(
