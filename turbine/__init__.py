@@ -16,6 +16,16 @@ from turbine.counters import reset_stats, stats
 from turbine.device import Device, available, open_device
 from turbine.device.registry import current
 from turbine.eager import DeviceTensor
+from turbine.eager.device_module import (
+    empty_cache,
+    manual_seed,
+    max_memory_allocated,
+    memory_allocated,
+    memory_stats,
+    reset_peak_memory_stats,
+    set_device,
+    synchronize,
+)
 from turbine.eager.dynamic import mark_dynamic
 from turbine.eager.fallback import TurbineFallbackWarning, fallback
 from turbine.errors import CompileError, DeviceNotFoundError, TurbineError, UnsupportedDtypeError, UnsupportedOpError
@@ -57,9 +67,17 @@ __all__ = [
     "current_device",
     "device",
     "devices",
+    "empty_cache",
     "fallback",
+    "manual_seed",
     "mark_dynamic",
+    "max_memory_allocated",
+    "memory_allocated",
+    "memory_stats",
     "override",
+    "reset_peak_memory_stats",
     "reset_stats",
+    "set_device",
     "stats",
+    "synchronize",
 ]

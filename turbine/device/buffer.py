@@ -32,10 +32,14 @@ class Buffer:
         self.device = device
         self.hal = hal
         self.nbytes = hal.byte_length() if nbytes is None else nbytes
+        device.memory.held(self.nbytes)
         self.ready = ready
         #: Another library's view of the same memory, once one was made (eager's torch tensor
         #: through DLPack): kept with the buffer, since its contents never change.
         self.shared = None
+
+    def __del__(self) -> None:
+        self.device.memory.released(self.nbytes)
 
     def wait(self) -> None:
         """Block the host until the buffer's producer finished (a failed kernel raises here)."""
@@ -58,6 +62,7 @@ class PendingBuffer(Buffer):
     def __init__(self, device: "Device", nbytes: int, resolve: Callable[[], None]) -> None:  # noqa: F821
         self.device = device
         self.nbytes = nbytes
+        device.memory.held(nbytes)
         self.resolve: Callable[[], None] | None = resolve
         self.shared = None
         #: Why the launch failed (it stays pending, and ``resolve`` raises this), else None.

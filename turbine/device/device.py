@@ -5,6 +5,7 @@ This layer knows nothing of torch ops; eager/ maps each Device to a ``torch.devi
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 import time
@@ -13,6 +14,7 @@ from typing import Any
 import iree.runtime as rt
 
 from turbine.device import cuda_context, failures
+from turbine.device.memory import Memory
 from turbine.device.names import DeviceSpec
 from turbine.errors import OutOfMemoryError
 
@@ -30,9 +32,21 @@ DEVICE_OPTIONS = {
 #: queue_alloca until its wait fence is reached, segfaulted when launches came in a burst.
 POLLED_WAITS = {"cuda"}
 
+#: Launch fences a device keeps before it drops those already reached (Device.launched).
+_LAUNCHED_KEPT = 64
+
 _instance_lock = threading.Lock()
 _entered = threading.local()
 _vm_instance: rt.VmInstance | None = None
+
+
+def _reached(fence: rt.HalFence) -> bool:
+    """Whether ``fence`` is reached, without blocking; a failed one counts as reached (its error
+    comes from reading its results)."""
+    try:
+        return bool(fence.wait(timeout=0))
+    except RuntimeError:
+        return True
 
 
 def vm_instance() -> rt.VmInstance:
@@ -54,6 +68,10 @@ class Device:
             raise TypeError(f"turbine device {spec.canonical} got unknown option(s) {unknown}; known options: {known}")
         self.spec = spec
         self.name = spec.canonical
+        #: What turbine's buffers hold on it (memory.py).
+        self.memory = Memory()
+        #: Fences of launched work not yet seen reached, oldest first (``synchronize`` waits for them).
+        self._launched: collections.deque[rt.HalFence] = collections.deque()
         self.kind = spec.kind
         self.driver = spec.driver
         self.index = index
@@ -92,6 +110,23 @@ class Device:
             raise failures.lost(self)
         if self._cuda_context is not None:
             cuda_context.make_current(self._cuda_context)
+
+    def launched(self, fence: rt.HalFence) -> None:
+        """Note work the device will signal ``fence`` for, so that ``synchronize`` waits for it.
+        Fences already reached are dropped as new ones come, so the list stays short."""
+        launched = self._launched
+        launched.append(fence)
+        while len(launched) > _LAUNCHED_KEPT and _reached(launched[0]):
+            launched.popleft()
+
+    def synchronize(self) -> None:
+        """Block the host until every piece of work launched on this device so far is done
+        (raises, as reading its results would, if some failed)."""
+        while self._launched:
+            fence = self._launched[0]
+            self.settle(fence)
+            if self._launched and self._launched[0] is fence:
+                self._launched.popleft()
 
     def settle(self, fence: rt.HalFence) -> None:
         """Block the host until ``fence`` is reached (raises if its work failed); by polling where

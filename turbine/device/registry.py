@@ -135,5 +135,15 @@ def opened_devices() -> list[Device]:
 
 
 def current() -> Device:
-    """The device plain ``"turbine"`` means: the innermost ``with device``, else ``config.default_device``."""
-    return innermost_entered() or open_device(config.default_device)
+    """The device plain ``"turbine"`` means: the innermost ``with device``, else the thread's
+    ``set_current`` device, else ``config.default_device``."""
+    return innermost_entered() or getattr(_chosen, "device", None) or open_device(config.default_device)
+
+
+_chosen = threading.local()
+
+
+def set_current(device: Device) -> None:
+    """Make ``device`` what plain ``"turbine"`` means on this thread outside ``with device:``
+    blocks (``torch.turbine.set_device``, as ``torch.cuda.set_device`` is per thread)."""
+    _chosen.device = device

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from turbine.device import registry
-from turbine.eager import accelerator_fix
+from turbine.eager import accelerator_fix, device_module
 from turbine.eager.ops import attention
 from turbine.eager.tensor import rebuild
 
@@ -13,7 +13,8 @@ BACKEND = "turbine"
 
 
 class _BackendModule:
-    """What torch looks up as ``torch.turbine`` (device counts, seeding, availability)."""
+    """What torch looks up as ``torch.turbine``: availability, the current device, waiting for a
+    device, memory figures and seeds (eager/device_module.py), as ``torch.cuda`` has them."""
 
     @staticmethod
     def is_available() -> bool:
@@ -40,6 +41,18 @@ class _BackendModule:
     @staticmethod
     def manual_seed_all(seed: int) -> None:
         """Random factories draw from torch's CPU generator, which torch.manual_seed already seeds."""
+
+    set_device = staticmethod(device_module.set_device)
+    synchronize = staticmethod(device_module.synchronize)
+    memory_allocated = staticmethod(device_module.memory_allocated)
+    max_memory_allocated = staticmethod(device_module.max_memory_allocated)
+    reset_peak_memory_stats = staticmethod(device_module.reset_peak_memory_stats)
+    memory_stats = staticmethod(device_module.memory_stats)
+    empty_cache = staticmethod(device_module.empty_cache)
+    manual_seed = staticmethod(device_module.manual_seed)
+    seed = staticmethod(device_module.seed)
+    seed_all = staticmethod(device_module.seed)
+    initial_seed = staticmethod(device_module.initial_seed)
 
     @staticmethod
     def get_rng_state(device: object = None) -> torch.Tensor:

@@ -9,6 +9,7 @@ import iree.runtime as rt
 
 from turbine.counters import counters
 from turbine.device import Buffer, Device, failures
+from turbine.errors import CompileError
 
 
 class LoadedModule:
@@ -25,6 +26,9 @@ class LoadedModule:
         self.module = _mapped(device, vmfb) or rt.VmModule.copy_buffer(device.instance, vmfb)
         try:
             self.context = rt.VmContext(device.instance, [device.hal_module, self.module])
+        except IndexError as error:  # IREE's OUT_OF_RANGE: a limit of the runtime, not a device fault
+            # (IREE 3.13 compiles a dispatch with more than 64 push constants, then refuses it)
+            raise CompileError(f"IREE compiled the kernel but cannot load it: {str(error).strip().splitlines()[0]}") from None
         except RuntimeError as error:
             raise failures.failure(device, error, "loading a kernel") from error
 
@@ -116,6 +120,7 @@ class Kernel:
         device = self.device
         device.require_usable()  # before the fence: its semaphore is made on the device's context
         results, ready = self.invoke(views, wait, device.new_fence())
+        device.launched(ready)
         counters.dispatches += 1
         outputs = [results.get_as_object(index, rt.HalBufferView) for index in range(results.size)]
         return [(Buffer(device, view.get_buffer(), ready, view.byte_length), view) for view in outputs]

@@ -65,6 +65,7 @@ class TorchBuffer(Buffer):
         self.device = device
         self.shared = tensor
         self.nbytes = tensor.numel() * tensor.element_size()
+        device.memory.held(self.nbytes)
         self.stream = torch.cuda.current_stream(tensor.device) if tensor.is_cuda else None
         self._hal = None
 

@@ -1,0 +1,102 @@
+"""torch.turbine / turbine as torch.cuda users reach for them (issue 19, item 1): the current
+device, synchronize, memory figures and seeds."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+import turbine
+from checks import D
+
+
+def test_torch_turbine_is_the_device_module():
+    assert torch.get_device_module("turbine") is torch.turbine
+    assert torch.turbine.is_available()
+    for name in (
+        "current_device", "set_device", "synchronize", "memory_allocated", "max_memory_allocated",
+        "reset_peak_memory_stats", "memory_stats", "empty_cache", "manual_seed", "seed",
+        "get_rng_state", "set_rng_state",
+    ):
+        assert callable(getattr(torch.turbine, name)), name
+
+
+def test_synchronize_waits_for_every_launched_op():
+    x = torch.randn(64, 64).to(D)
+    with turbine.override(background_compile=False):
+        (x @ x).cpu()  # compiled before the launches below
+        results = [x @ x for _ in range(20)]
+    torch.turbine.synchronize(D)
+    for result in results:
+        ready = result._storage.buffer.ready
+        assert ready is None or ready.wait(timeout=0), "a launch was still running after synchronize"
+
+
+def test_synchronize_launches_ops_whose_kernels_were_compiling(fresh_cache):
+    x = torch.rand(7, 53).to(D)
+    y = torch.special.i0(x)  # a new kernel: compiles in the background, its launch queued
+    assert y._storage.buffer.pending
+    turbine.synchronize()
+    assert not y._storage.buffer.pending
+    torch.testing.assert_close(y.cpu(), torch.special.i0(x.cpu()))
+
+
+def test_memory_figures_count_live_tensors_and_fall_when_they_die():
+    gc.collect()
+    base = turbine.memory_allocated(D)
+    turbine.reset_peak_memory_stats(D)
+    x = torch.zeros(256, 1024, device=D)
+    assert turbine.memory_allocated(D) - base == 256 * 1024 * 4
+    y = x + 1
+    z = y * 3
+    turbine.synchronize(D)
+    assert turbine.max_memory_allocated(D) - base >= 3 * 256 * 1024 * 4
+    del x, y, z
+    gc.collect()
+    assert turbine.memory_allocated(D) == base
+    stats = turbine.memory_stats(D)
+    assert stats["allocated_bytes.all.current"] == base
+    assert stats["allocated_bytes.all.peak"] >= base + 3 * 256 * 1024 * 4
+    turbine.reset_peak_memory_stats(D)
+    assert turbine.max_memory_allocated(D) == base
+    turbine.empty_cache()
+
+
+def test_set_device_sets_what_plain_turbine_means_on_this_thread():
+    import threading
+
+    before = turbine.current_device()
+    try:
+        torch.turbine.set_device("turbine:cpu1")
+        assert torch.ones(2, device="turbine").device == torch.device("turbine:cpu1")
+        assert torch.turbine.current_device() == turbine.device("turbine:cpu1").index
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(turbine.current_device()))
+        thread.start()
+        thread.join()
+        assert seen == [turbine.device(turbine.config.default_device)]  # other threads keep theirs
+        with turbine.device("turbine:cpu"):
+            assert turbine.current_device().name == "turbine:cpu"
+    finally:
+        torch.turbine.set_device(before)
+
+
+def test_manual_seed_gives_torch_cpu_numbers():
+    torch.turbine.manual_seed(7)
+    ours = torch.randn(5, device=D).cpu()
+    torch.manual_seed(7)
+    torch.testing.assert_close(ours, torch.randn(5))
+
+
+def test_device_arguments_name_devices_every_way():
+    from turbine.eager.device_module import resolve
+
+    device = turbine.device(D)
+    assert resolve(None) is turbine.current_device()
+    assert resolve(D) is resolve(device.index) is resolve(torch.device("turbine", device.index)) is device
+    with pytest.raises(ValueError, match="is not a turbine device"):
+        resolve(torch.device("cpu"))
+    with pytest.raises(TypeError, match="expected a turbine device"):
+        resolve(1.5)
