@@ -1,0 +1,62 @@
+"""torch.autocast("turbine") casts as autocast does on CUDA (issue 19, item 4)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from checks import D
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_matmuls_and_convolutions_run_in_the_autocast_dtype(dtype):
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    image, kernel = torch.randn(2, 3, 8, 8), torch.randn(5, 3, 3, 3)
+    with torch.autocast("turbine", dtype=dtype):
+        product = a.to(D) @ b.to(D)
+        linear = torch.nn.functional.linear(a.to(D), b.t().to(D))
+        conv = torch.nn.functional.conv2d(image.to(D), kernel.to(D))
+    assert product.dtype == linear.dtype == conv.dtype == dtype
+    torch.testing.assert_close(product.cpu(), a.to(dtype) @ b.to(dtype))
+    torch.testing.assert_close(linear.cpu(), torch.nn.functional.linear(a.to(dtype), b.t().to(dtype)))
+    torch.testing.assert_close(conv.cpu(), torch.nn.functional.conv2d(image.to(dtype), kernel.to(dtype)), rtol=2e-2, atol=2e-2)
+
+
+def test_ops_that_need_range_run_in_float32_and_mixed_inputs_take_the_widest():
+    x = torch.randn(4, 6)
+    with torch.autocast("turbine", dtype=torch.bfloat16):
+        low = x.to(D) @ torch.eye(6).to(D)  # bfloat16
+        assert low.dtype == torch.bfloat16
+        for result in (low.exp(), torch.softmax(low, -1), low.sum(), torch.nn.functional.mse_loss(low, low)):
+            assert result.dtype == torch.float32
+        torch.testing.assert_close(low.exp().cpu(), low.cpu().float().exp())
+        assert torch.cat([low, x.to(D)]).dtype == torch.float32
+        assert (low + 1).dtype == torch.bfloat16  # not in a list: as it comes
+        wide = x.double().to(D)
+        assert (wide @ wide.t()).dtype == torch.float64  # float64 is left alone
+
+
+def test_outside_autocast_or_disabled_nothing_is_cast():
+    x = torch.randn(3, 3).to(D)
+    assert (x @ x).dtype == torch.float32
+    with torch.autocast("turbine", dtype=torch.bfloat16, enabled=False):
+        assert (x @ x).dtype == torch.float32
+
+
+def test_training_under_autocast_keeps_float32_parameters_and_gradients():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)).to(D)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 8).to(D), torch.randn(32, 2).to(D)
+    losses = []
+    for _ in range(10):
+        optimizer.zero_grad()
+        with torch.autocast("turbine", dtype=torch.bfloat16):
+            out = model(x)
+            assert out.dtype == torch.bfloat16
+            loss = torch.nn.functional.mse_loss(out, y)
+        loss.backward()
+        assert all(p.dtype == p.grad.dtype == torch.float32 for p in model.parameters())
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
