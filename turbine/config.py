@@ -80,6 +80,7 @@ class Config:
     #: How long an idle ``turbine:cpu`` worker spins before it sleeps, in microseconds. A chain of
     #: small ops leaves the worker idle between them; asleep, it must be woken by a system call for
     #: each op, which doubles the per-op cost on a loaded 2-core machine (benchmarks/dispatch.py).
+    #: The host asks a fence this long before it blocks on it too (device.py).
     cpu_spin_us: int = 100
     #: IREE runtime flags (``--task_worker_spin_us=50``, say), applied once before any device opens.
     runtime_flags: tuple[str, ...] = ()

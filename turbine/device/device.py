@@ -13,6 +13,7 @@ from typing import Any
 
 import iree.runtime as rt
 
+from turbine.config import config
 from turbine.device import cuda_context, failures
 from turbine.device.memory import Memory
 from turbine.device.names import DeviceSpec
@@ -47,6 +48,19 @@ def _reached(fence: rt.HalFence) -> bool:
         return bool(fence.wait(timeout=0))
     except RuntimeError:
         return True
+
+
+def _reached_soon(fence: rt.HalFence) -> bool:
+    """Whether ``fence`` is reached within the CPU workers' spin time, asked without blocking.
+
+    A blocked wait puts the thread to sleep and costs a wake-up; the small kernels of a chain
+    (which wait for their inputs when they have dynamic dims) finish sooner than that."""
+    deadline = time.perf_counter() + config.cpu_spin_us * 1e-6
+    while True:
+        if fence.wait(timeout=0):
+            return True
+        if time.perf_counter() >= deadline:
+            return False
 
 
 def vm_instance() -> rt.VmInstance:
@@ -134,7 +148,8 @@ class Device:
         self.require_usable()
         try:
             if not self.polls_waits:
-                fence.wait()
+                if not _reached_soon(fence):
+                    fence.wait()
                 return
             while not fence.wait(timeout=0):
                 time.sleep(0)  # lets compile threads run meanwhile

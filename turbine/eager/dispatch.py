@@ -150,9 +150,10 @@ def stand_in(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def clear_plans() -> None:
-    """Forget every plan, the saved plans read so far and the shape families learnt (tests use it
-    to show that kernels, plans and families come back from disk)."""
+    """Forget every plan, the factories' kernels, the saved plans read so far and the shape
+    families learnt (tests use it to show that kernels, plans and families come back from disk)."""
     runtime.state.plans.clear()
+    runtime.state.factory_kernels.clear()
     runtime.state.families.clear()
     saved_plans.forget()
 
