@@ -100,3 +100,47 @@ def test_device_arguments_name_devices_every_way():
         resolve(torch.device("cpu"))
     with pytest.raises(TypeError, match="expected a turbine device"):
         resolve(1.5)
+
+
+def test_pin_memory_gives_an_ordinary_copy_and_a_dataloader_pins_nothing():
+    x = torch.randn(4, 3)
+    pinned = x.pin_memory()
+    assert torch.equal(pinned, x) and pinned.data_ptr() != x.data_ptr()
+    assert not x.is_pinned()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 3)), batch_size=4, pin_memory=True)
+    for (batch,) in loader:
+        torch.testing.assert_close((batch.to(D) * 2).cpu(), batch * 2)
+
+
+ACCELERATOR_SCRIPT = """
+import torch, turbine
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+# As PyTorch's MNIST example picks and feeds its device, before any turbine op has run.
+device = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else torch.device("cpu")
+assert device.type == "turbine", device
+torch.manual_seed(0)
+kwargs = {"num_workers": 1, "persistent_workers": True, "pin_memory": True, "shuffle": True}
+loader = DataLoader(TensorDataset(torch.randn(64, 1, 12, 12), torch.randint(0, 10, (64,))), batch_size=16, **kwargs)
+model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(400, 10)).to(device)
+optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
+for epoch in range(2):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+print(torch.device("turbine:cpu"), next(model.parameters()).device, loss.item())
+"""
+
+
+@pytest.mark.slow  # a new process
+def test_a_script_written_for_torch_accelerator_runs_on_turbine():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", ACCELERATOR_SCRIPT], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, second, loss = result.stdout.split()[-3:]
+    assert first == second == "turbine:0" and float(loss) == float(loss)  # not NaN

@@ -119,8 +119,12 @@ def open_device(name: str, **options: Any) -> Device:
 
 
 def by_index(index: int) -> Device:
-    """The device behind ``torch.device("turbine", index)``."""
+    """The device behind ``torch.device("turbine", index)``; index 0 before any device is open
+    opens the default device (which becomes index 0), as code written for ``torch.accelerator``
+    names ``turbine:0`` before it has run anything."""
     with _lock:
+        if index == 0 and not _by_index:
+            return open_device(config.default_device)
         if 0 <= index < len(_by_index):
             return _by_index[index]
     opened = ", ".join(f"{d.index}={d.name}" for d in opened_devices()) or "none"

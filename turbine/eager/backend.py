@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from turbine.device import registry
-from turbine.eager import accelerator_fix, autocast, device_module
+from turbine.eager import accelerator_fix, autocast, device_module, pinning
 from turbine.eager.ops import attention
 from turbine.eager.tensor import rebuild
 
@@ -97,6 +97,7 @@ def register() -> None:
     accelerator_fix.apply()  # naming PrivateUse1 broke torch's own CUDA autograd
     attention.register_autograd_kernel()  # torch's fused attention kernels where the vendor runs
     autocast.register()  # torch.autocast("turbine"): torch has no autocast kernels for a Python backend
+    pinning.apply()  # DataLoader(pin_memory=True) passes turbine-bound batches through unpinned
     # torch.load's default (weights_only) unpickles only allowed functions: turbine tensors in a
     # checkpoint are rebuilt from host values and a device name, nothing else.
     torch.serialization.add_safe_globals([rebuild])

@@ -14,8 +14,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from turbine.device import Device, open_device
-from turbine.device.registry import by_index, opened_devices
-from turbine.eager import backward_errors, conversion, factories
+from turbine.device.registry import by_index, current, opened_devices
+from turbine.eager import backward_errors, conversion, factories, pinning
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device
 
@@ -27,7 +27,7 @@ def turbine_device(value: Any) -> Device | None:
     if isinstance(value, str):
         return open_device(value) if value.startswith("turbine") else None
     if isinstance(value, torch.device) and value.type == "turbine":
-        return by_index(value.index or 0)
+        return current() if value.index is None else by_index(value.index)
     return None
 
 
@@ -88,7 +88,8 @@ _PARSE_TO = torch._C._nn._parse_to
 #: Calls that run autograd's backward: errors inside them are held until they return.
 _BACKWARD = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
 _SHALLOW_COPY_COMPATIBLE = torch._has_compatible_shallow_copy_type
-_INTERCEPTED = (*_TENSOR_TO, _PARSE_TO, *_BACKWARD, _SHALLOW_COPY_COMPATIBLE, torch.device)
+_PIN = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
+_INTERCEPTED = (*_TENSOR_TO, _PARSE_TO, *_BACKWARD, _SHALLOW_COPY_COMPATIBLE, torch.device, *_PIN)
 
 
 def _device_object(*args: Any, **kwargs: Any) -> torch.device:
@@ -118,6 +119,9 @@ class DeviceMode(TorchFunctionMode):
             return _shallow_copy_compatible(*args)
         if func is torch.device:
             return _device_object(*args, **kwargs)
+        if func in _PIN and pinning.for_turbine(args[1] if len(args) > 1 else kwargs.get("device")):
+            # pinned memory is a C++ hook a Python backend cannot give (eager/pinning.py)
+            return args[0].clone() if func is torch.Tensor.pin_memory else False
         if func in _BACKWARD:
             with backward_errors.collecting(), _autograd_threads_that_fit():
                 return func(*args, **kwargs)
