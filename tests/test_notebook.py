@@ -31,6 +31,7 @@ def _text(outputs: list) -> str:
 def test_quickstart_notebook_runs():
     text = _text(_run("01-quickstart.ipynb"))
     assert "turbine:0" in text and "torch.int64" in text
+    assert "IProgress not found" not in text and "TqdmWarning" not in text  # the progress bar is a widget
 
 
 def test_training_notebook_trains_plots_and_evaluates():

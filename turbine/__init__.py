@@ -28,6 +28,7 @@ from turbine.eager.device_module import (
 )
 from turbine.eager.dynamic import mark_dynamic
 from turbine.eager.fallback import TurbineFallbackWarning, fallback
+from turbine.eager.profiling import Profile, profile
 from turbine.errors import CompileError, DeviceNotFoundError, TurbineError, UnsupportedDtypeError, UnsupportedOpError
 
 logging.getLogger("turbine").addHandler(logging.NullHandler())
@@ -63,6 +64,7 @@ __all__ = [
     "UnsupportedDtypeError",
     "UnsupportedOpError",
     "TurbineFallbackWarning",
+    "Profile",
     "config",
     "current_device",
     "device",
@@ -75,6 +77,7 @@ __all__ = [
     "memory_allocated",
     "memory_stats",
     "override",
+    "profile",
     "reset_peak_memory_stats",
     "reset_stats",
     "set_device",

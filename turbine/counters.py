@@ -6,6 +6,7 @@ Kept as plain module-level state so the hot dispatch path pays one attribute add
 from __future__ import annotations
 
 import collections
+import html
 from typing import Any
 
 _NAMES = (
@@ -20,6 +21,7 @@ _NAMES = (
     "host_transfer_bytes",
     "scalar_uploads",
     "deferred_launches",
+    "compile_seconds",
 )
 
 
@@ -49,17 +51,36 @@ class Counters:
 counters = Counters()
 
 
+class Stats(dict):
+    """``turbine.stats()``: a plain dict of the counters, which renders as a table in a notebook."""
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{html.escape(str(name))}</td><td>{html.escape(_shown(value))}</td></tr>" for name, value in self.items()
+        )
+        return f"<table><tbody>{rows}</tbody></table>"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
 def stats() -> dict[str, Any]:
     """A copy of the counters.
 
     ``host_transfers`` / ``host_transfer_bytes`` count tensor data that crossed between host and
     device (uploads and reads); ``scalar_uploads`` counts the 0-d buffers made for Python scalars
     that kernels take as runtime arguments, which are launch parameters rather than tensor data.
-    ``deferred_launches`` counts ops that returned while their kernel was still compiling.
+    ``deferred_launches`` counts ops that returned while their kernel was still compiling;
+    ``compile_seconds`` adds up the compiles' wall times.
     ``executors`` counts what ran per executor: ``iree`` its kernel launches (``dispatches``), the
     others (``torch``, ``host``) the ops the fallback policy gave them.
     """
-    return counters.snapshot()
+    return Stats(counters.snapshot())
 
 
 def reset_stats() -> None:

@@ -382,6 +382,7 @@ class KernelCache:
         seconds = time.perf_counter() - start
         with self._lock:
             counters.kernels_compiled += 1
+            counters.compile_seconds += seconds
         log.debug("compiled %s in %.2f s", describe, seconds)
         record = {
             "op": describe,
