@@ -18,7 +18,6 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-
 from turbine.counters import counters
 from turbine.eager.tensor import DeviceTensor
 
