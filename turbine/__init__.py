@@ -17,6 +17,10 @@ from turbine.device import Device, available, open_device
 from turbine.device.registry import current
 from turbine.eager import DeviceTensor
 from turbine.eager.device_module import (
+    Event,
+    Stream,
+    current_stream,
+    default_stream,
     empty_cache,
     manual_seed,
     max_memory_allocated,
@@ -24,6 +28,7 @@ from turbine.eager.device_module import (
     memory_stats,
     reset_peak_memory_stats,
     set_device,
+    stream,
     synchronize,
 )
 from turbine.eager.dynamic import mark_dynamic
@@ -60,6 +65,8 @@ __all__ = [
     "Device",
     "DeviceNotFoundError",
     "DeviceTensor",
+    "Event",
+    "Stream",
     "TurbineError",
     "UnsupportedDtypeError",
     "UnsupportedOpError",
@@ -67,6 +74,8 @@ __all__ = [
     "Profile",
     "config",
     "current_device",
+    "current_stream",
+    "default_stream",
     "device",
     "devices",
     "empty_cache",
@@ -82,5 +91,6 @@ __all__ = [
     "reset_stats",
     "set_device",
     "stats",
+    "stream",
     "synchronize",
 ]

@@ -133,6 +133,10 @@ class Device:
         while len(launched) > _LAUNCHED_KEPT and _reached(launched[0]):
             launched.popleft()
 
+    def outstanding(self) -> list[rt.HalFence]:
+        """The fences of launched work not yet seen reached."""
+        return list(self._launched)
+
     def synchronize(self) -> None:
         """Block the host until every piece of work launched on this device so far is done
         (raises, as reading its results would, if some failed)."""

@@ -43,6 +43,11 @@ class _BackendModule:
         """Random factories draw from torch's CPU generator, which torch.manual_seed already seeds."""
 
     set_device = staticmethod(device_module.set_device)
+    Stream = device_module.Stream
+    Event = device_module.Event
+    stream = staticmethod(device_module.stream)
+    current_stream = staticmethod(device_module.current_stream)
+    default_stream = staticmethod(device_module.default_stream)
     synchronize = staticmethod(device_module.synchronize)
     memory_allocated = staticmethod(device_module.memory_allocated)
     max_memory_allocated = staticmethod(device_module.max_memory_allocated)

@@ -22,11 +22,12 @@ Rules that keep this invisible to the program:
 from __future__ import annotations
 
 import collections
+import contextlib
 from typing import Any
 
 from turbine.config import config
 from turbine.counters import counters
-from turbine.device import Device, join
+from turbine.device import Device, join, streams
 from turbine.device.buffer import PendingBuffer
 from turbine.eager import fallback, runtime
 from turbine.eager.signature import rebuild
@@ -79,6 +80,8 @@ class _Launch:
             for layout in plan.outputs
         ]
         self.done = False
+        #: The stream it was issued on (None: the default stream), which it launches on.
+        self.stream = streams.current(self.device)
         #: The device queue it waits in (set by ``defer``).
         self.queue: collections.deque | None = None
         self.error: BaseException | None = None
@@ -127,7 +130,8 @@ class _Launch:
             views.append(tensor.buffer_view())
             if tensor._storage.buffer.ready is not None:
                 waits.append(tensor._storage.buffer.ready)
-        results = iter(plan.launch(views + self.scalar_views, join(waits)))
+        with self.stream or contextlib.nullcontext():
+            results = iter(plan.launch(views + self.scalar_views, join(waits)))
         for pending in self.outputs:
             if pending is not None:
                 buffer, _ = next(results)

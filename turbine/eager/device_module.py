@@ -1,5 +1,5 @@
 """What ``torch.turbine`` (and ``turbine``) offer ``torch.cuda`` users: which device is current,
-waiting for a device, memory figures and seeds.
+waiting for a device, streams and events (device/streams.py), memory figures and seeds.
 
 Devices are named as everywhere in turbine: ``None`` (the current device), a name
 (``"turbine:cpu"``), a torch index, a ``torch.device("turbine", k)`` or a turbine Device.
@@ -7,11 +7,12 @@ Devices are named as everywhere in turbine: ``None`` (the current device), a nam
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, ContextManager
 
 import torch
 
-from turbine.device import Device, open_device, opened_devices
+from turbine.device import Device, open_device, opened_devices, streams
 from turbine.device.registry import by_index, current, set_current
 from turbine.eager import deferred
 
@@ -49,6 +50,29 @@ def synchronize(device: DeviceLike = None) -> None:
     target.synchronize()
     if target.kind == "cuda" and torch.cuda.is_available():
         torch.cuda.synchronize(target.spec.ordinal)
+
+
+class Stream(streams.Stream):
+    """``turbine.Stream(device=None)``: a new stream on the device (priorities are not kept)."""
+
+    def __init__(self, device: DeviceLike = None, priority: int = 0) -> None:
+        super().__init__(resolve(device))
+
+
+Event = streams.Event
+
+
+def stream(chosen: streams.Stream | None) -> ContextManager:
+    """``with turbine.stream(s):`` launches the block's kernels on ``s`` (None: no change)."""
+    return contextlib.nullcontext() if chosen is None else chosen
+
+
+def current_stream(device: DeviceLike = None) -> streams.Stream:
+    return streams.current_stream(resolve(device))
+
+
+def default_stream(device: DeviceLike = None) -> streams.Stream:
+    return streams.default_stream(resolve(device))
 
 
 def memory_allocated(device: DeviceLike = None) -> int:

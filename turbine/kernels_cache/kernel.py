@@ -8,7 +8,7 @@ from typing import Callable
 import iree.runtime as rt
 
 from turbine.counters import counters
-from turbine.device import Buffer, Device, failures
+from turbine.device import Buffer, Device, failures, streams
 from turbine.errors import CompileError
 
 
@@ -119,8 +119,13 @@ class Kernel:
         """
         device = self.device
         device.require_usable()  # before the fence: its semaphore is made on the device's context
+        stream = streams.current(device)
+        if stream is not None:
+            wait = stream.ordered(wait)
         results, ready = self.invoke(views, wait, device.new_fence())
         device.launched(ready)
+        if stream is not None:
+            stream.last = ready
         counters.dispatches += 1
         outputs = [results.get_as_object(index, rt.HalBufferView) for index in range(results.size)]
         return [(Buffer(device, view.get_buffer(), ready, view.byte_length), view) for view in outputs]
