@@ -144,3 +144,25 @@ def test_a_script_written_for_torch_accelerator_runs_on_turbine():
     assert result.returncode == 0, result.stderr[-3000:]
     first, second, loss = result.stdout.split()[-3:]
     assert first == second == "turbine:0" and float(loss) == float(loss)  # not NaN
+
+
+def test_a_dataloader_fed_loop_with_non_blocking_copies_trains_like_the_cpu():
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(48, 6), torch.randn(48, 2))
+
+    def train(device: str) -> list[float]:
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.Tanh(), torch.nn.Linear(12, 2)).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = torch.utils.data.DataLoader(data, batch_size=8, pin_memory=True)
+        losses = []
+        for x, y in loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach())
+        return [float(v) for v in losses]  # read once, at the end: the loop never waits for the device
+
+    assert train(D) == pytest.approx(train("cpu"), rel=1e-5)
