@@ -277,3 +277,11 @@ def test_plans_and_bundles_hold_dynamic_kernels_for_the_next_process(tmp_path):
     second = _process(tmp_path, 6, 9, 23, 2, 41)
     assert second["kernels_compiled"] == 0
     assert second["plans_from_disk"] > 0 and second["bundles_loaded"] == 1
+
+
+def test_broadcasting_calls_of_a_dynamic_family_stay_correct(fresh_cache):
+    """Once add's rows are dynamic (and must be equal on both sides), calls that broadcast a 1
+    against them get kernels of their own, with torch's results."""
+    for a_shape, b_shape in [((5, 4), (5, 4)), ((7, 4), (7, 4)), ((6, 4), (1, 4)), ((1, 4), (9, 4)), ((3, 1), (3, 4)), ((8, 4), (8, 4))]:
+        a, b = torch.randn(a_shape), torch.randn(b_shape)
+        torch.testing.assert_close((a.to(D) + b.to(D)).cpu(), a + b)
