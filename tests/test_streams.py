@@ -21,12 +21,27 @@ def _static_and_compiled():
         yield
 
 
+_gates: list = []
+
+
+@pytest.fixture(autouse=True)
+def _gates_open_at_the_end():
+    """A test that fails with a gate closed would leave a launch waiting forever (and every later
+    synchronize with it): each gate is opened at teardown too."""
+    yield
+    while _gates:
+        gate = _gates.pop()
+        if not gate.wait(timeout=0):
+            gate.signal()
+
+
 def gated(values: torch.Tensor):
     """A device tensor whose values are ready only when the returned gate is opened."""
     source = values.to(D)
     source.cpu()
     device = turbine.device(D)
     gate = device.new_fence()
+    _gates.append(gate)
     buffer = source._storage.buffer
     held = Buffer(device, buffer.hal, gate, buffer.nbytes)
     return wrap(held, source.dtype, tuple(source.shape)), gate

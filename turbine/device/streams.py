@@ -5,7 +5,9 @@ written after they are made, so results are right in any order. A stream adds or
 data: a kernel launched while a stream is current also waits for that stream's previous kernel,
 and an event recorded on a stream is reached when the stream's work so far is done. The default
 stream (no stream current) keeps the data order alone; an event recorded there waits for all the
-device's launched work, and a wait on the default stream is a host wait.
+device's launched work, and a wait on the default stream is a host wait. Streams order IREE's
+kernels; ops that torch's kernels run on the device (the vendor executor, the fallback) keep
+the data order only.
 
 Timing events are stamped by a watcher thread when their fence is reached (polled every 20 us:
 IREE's Python API has no device timestamps), so ``elapsed_time`` is host time between the two
