@@ -115,6 +115,10 @@ def register() -> None:
         for name in names:
             for op in _overloads(name):
                 library.impl(op, _kernel(op, policy), _KEY)
+    _libraries.append(library)  # registrations last as long as their library object
     every_op = torch.library.Library("_", "IMPL")
-    every_op.fallback(torch.library.fallthrough_kernel, _KEY)
-    _libraries.extend([library, every_op])  # registrations last as long as their library object
+    try:
+        every_op.fallback(torch.library.fallthrough_kernel, _KEY)
+    except RuntimeError:  # a torch that passes other ops through itself already
+        return
+    _libraries.append(every_op)
