@@ -33,8 +33,9 @@ DEVICE_OPTIONS = {
 #: queue_alloca until its wait fence is reached, segfaulted when launches came in a burst.
 POLLED_WAITS = {"cuda"}
 
-#: Launch fences a device keeps before it drops those already reached (Device.launched).
-_LAUNCHED_KEPT = 64
+#: Launch fences a device keeps before it drops those already reached (Device.launched): each
+#: drop asks IREE about a fence, so they are dropped in batches.
+_LAUNCHED_KEPT = 256
 
 _instance_lock = threading.Lock()
 _entered = threading.local()
@@ -130,8 +131,9 @@ class Device:
         Fences already reached are dropped as new ones come, so the list stays short."""
         launched = self._launched
         launched.append(fence)
-        while len(launched) > _LAUNCHED_KEPT and _reached(launched[0]):
-            launched.popleft()
+        if len(launched) > _LAUNCHED_KEPT:
+            while launched and _reached(launched[0]):
+                launched.popleft()
 
     def outstanding(self) -> list[rt.HalFence]:
         """The fences of launched work not yet seen reached."""

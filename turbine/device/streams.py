@@ -26,6 +26,8 @@ from turbine.device.device import Device
 from turbine.device.views import join
 
 _current = threading.local()
+#: ``with stream:`` blocks open in any thread: while none is, launches skip looking for one.
+entered = 0
 
 
 class Stream:
@@ -80,13 +82,17 @@ class Stream:
             self.device.settle(fence)
 
     def __enter__(self) -> "Stream":
+        global entered
         _stack().append(self)
+        entered += 1
         return self
 
     def __exit__(self, *exc: object) -> None:
+        global entered
         stack = _stack()
         if stack and stack[-1] is self:
             stack.pop()
+            entered -= 1
 
 
 class Event:

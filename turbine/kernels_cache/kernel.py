@@ -119,7 +119,7 @@ class Kernel:
         """
         device = self.device
         device.require_usable()  # before the fence: its semaphore is made on the device's context
-        stream = streams.current(device)
+        stream = streams.current(device) if streams.entered else None
         if stream is not None:
             wait = stream.ordered(wait)
         results, ready = self.invoke(views, wait, device.new_fence())
