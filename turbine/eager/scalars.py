@@ -3,7 +3,7 @@ rate, ``full``'s fill value) into kernels that take them as inputs, so a new val
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -21,25 +21,24 @@ def scalar_view(device: Device, value: Any, dtype: torch.dtype) -> BufferView:
         return _upload_scalar(device, value.to(dtype))
     # float.hex tells -0.0 from 0.0 (equal, and equal hashes, as dict keys) and lets NaN hit.
     key = (type(value), value.hex() if type(value) is float else value, dtype)
-    views = runtime.state.device(device.index).scalar_views
-    view = views.get(key)
-    if view is None:
-        if len(views) >= config.scalar_cache_size:
-            views.pop(next(iter(views)))
-        view = views[key] = _upload_scalar(device, torch.tensor(value, dtype=dtype))
-    return view
+    return _kept(device, key, lambda: torch.tensor(value, dtype=dtype))
 
 
 def int_vector(device: Device, values: tuple[int, ...]) -> BufferView:
     """A 1-D int64 device buffer of ``values`` (a view's strides and offset, a factory's sizes'
     companions), kept like numbers so that a loop over the same views uploads nothing."""
-    key = ("int vector", values)
+    return _kept(device, ("int vector", values), lambda: torch.tensor(values, dtype=torch.int64))
+
+
+def _kept(device: Device, key: tuple, make: Callable[[], torch.Tensor]) -> BufferView:
+    """The device's cached upload for ``key``, made from ``make()`` the first time (the oldest
+    entry goes when the cache holds ``config.scalar_cache_size``)."""
     views = runtime.state.device(device.index).scalar_views
     view = views.get(key)
     if view is None:
         if len(views) >= config.scalar_cache_size:
             views.pop(next(iter(views)))
-        view = views[key] = _upload_scalar(device, torch.tensor(values, dtype=torch.int64))
+        view = views[key] = _upload_scalar(device, make())
     return view
 
 
