@@ -96,7 +96,8 @@ class Stream:
 
 
 class Event:
-    """A point in a stream's work (``turbine.Event()``, as ``torch.cuda.Event()``)."""
+    """A point in a stream's work (``turbine.Event()``, as ``torch.cuda.Event()``; ``blocking`` is
+    accepted and ignored: waits poll or block as the device's driver needs, device.py)."""
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         if interprocess:
