@@ -26,12 +26,11 @@ import turbine
 
 
 def _wait(tensors: list[torch.Tensor], device: str) -> None:
-    """Until the tensors' work is done: torch's synchronize, or each turbine result's fence."""
-    if device.startswith("cuda"):
+    """Until the device's work is done: torch's synchronize, or turbine's."""
+    if device.startswith("turbine"):
+        turbine.synchronize(device)
+    elif device.startswith("cuda"):
         torch.cuda.synchronize()
-    for tensor in tensors:
-        if isinstance(tensor, turbine.DeviceTensor):
-            tensor._storage.buffer.wait()
 
 
 def chain(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:

@@ -21,7 +21,7 @@ _HOST_VISIBLE = int(rt.MemoryType.HOST_VISIBLE)
 class Buffer:
     """A HAL buffer on one device plus the fence that signals when its contents are valid."""
 
-    __slots__ = ("device", "hal", "nbytes", "ready", "shared")
+    __slots__ = ("device", "hal", "nbytes", "ready", "shared", "reader")
 
     #: Whether the buffer waits for a kernel that is still compiling (PendingBuffer).
     pending = False
@@ -37,9 +37,14 @@ class Buffer:
         #: Another library's view of the same memory, once one was made (eager's torch tensor
         #: through DLPack): kept with the buffer, since its contents never change.
         self.shared = None
+        #: What another library's last read of the memory is awaited by (an object whose
+        #: ``synchronize()`` returns once that read is done, such as a torch CUDA event), else None.
+        self.reader = None
 
     def __del__(self) -> None:
         self.device.memory.released(self.nbytes)
+        if self.reader is not None:  # the memory goes back to IREE once this buffer is gone
+            self.reader.synchronize()
 
     def wait(self) -> None:
         """Block the host until the buffer's producer finished (a failed kernel raises here)."""
@@ -64,7 +69,7 @@ class PendingBuffer(Buffer):
         self.nbytes = nbytes
         device.memory.held(nbytes)
         self.resolve: Callable[[], None] | None = resolve
-        self.shared = None
+        self.shared = self.reader = None
         #: Why the launch failed (it stays pending, and ``resolve`` raises this), else None.
         self.error: BaseException | None = None
         self._hal = self._ready = None

@@ -8,7 +8,6 @@ import torch
 
 from turbine.device import current
 from turbine.eager import dispatch, executors, registry, runtime
-from turbine.eager.executors import vendor
 from turbine.eager.schema import functional_variant, functionalized_variant, schema_of
 
 
@@ -52,11 +51,10 @@ def explain(func: Any) -> str:
     if registry.handler(func) is not None:
         lines.append("  executors: the handler's own work; the ops it issues go their own routes")
         return "\n".join(lines)
-    if func in vendor.GRADIENTS:
-        lines.append(
-            f"  vendor: {executors.VENDOR.description} competes with IREE's kernel where TURBINE_EXECUTORS allows "
-            "(GPUs by default): both are timed once per signature and the faster runs it"
-        )
+    lines.append(
+        f"  vendor: {executors.VENDOR.description} competes with IREE's kernel where TURBINE_EXECUTORS allows "
+        "(GPUs by default): both are timed once per signature and the faster runs it"
+    )
     lines.append(f"  executors: {executors.IREE.description} first; should IREE not compile it, this thread's fallback policy")
     lines.append("  (TURBINE_FALLBACK, turbine.fallback()) chooses the cheapest of its executors that can run it on the device:")
     device = _cost_device()

@@ -63,16 +63,16 @@ class TimedPlan:
         if config.executors == "iree":  # switched off after the plan was built
             return self._iree(leaves, args, kwargs)
         if self.chosen == "vendor":
-            return self._vendor(args, kwargs)
+            return self._vendor(leaves, args, kwargs)
         if self.chosen == "iree":
-            return self.kernel_plan(leaves, args, kwargs)
+            return self._iree(leaves, args, kwargs)
         plan = self.kernel_plan
         if plan.compiling is not None and not plan.compiling.done():
-            return self._vendor(args, kwargs)  # rather than wait for the compile
+            return self._vendor(leaves, args, kwargs)  # rather than wait for the compile
         plan.await_kernel()
         if plan.failure is not None:
             self._choose(leaves, "vendor", f"IREE's kernel did not compile: {str(plan.failure).splitlines()[0]}")
-            return self._vendor(args, kwargs)
+            return self._vendor(leaves, args, kwargs)
         return self._time(leaves, args, kwargs)
 
     def _iree(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
@@ -80,9 +80,16 @@ class TimedPlan:
             return fallback.run(self.func, args, kwargs, self.failure)
         return self.kernel_plan(leaves, args, kwargs)
 
-    def _vendor(self, args: tuple, kwargs: dict) -> Any:
+    def _vendor(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        """The call on the vendor's kernel; where torch has none for it here (a dtype, a layout),
+        IREE's kernel keeps the signature (or, without one, the fallback policy runs it)."""
+        try:
+            result = executors.VENDOR.run(self.func, args, kwargs, self.device)
+        except Exception as error:
+            self._choose(leaves, "iree", f"torch's kernel failed: {_first_line(error)}")
+            return self._iree(leaves, args, kwargs)
         counters.executors[executors.VENDOR.name] += 1
-        return executors.VENDOR.run(self.func, args, kwargs, self.device)
+        return result
 
     def _time(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         """Run the call on both executors, keep the faster; returns the faster's results."""
@@ -92,8 +99,7 @@ class TimedPlan:
         try:
             vendor_us, _ = _best(lambda: executors.VENDOR.run(self.func, args, kwargs, self.device))
         except Exception as error:  # torch has no kernel for it here (a dtype, a layout)
-            log.info("turbine: %s stays on IREE's kernel: torch's kernel failed (%s)", self.func, error)
-            self._choose(leaves, "iree", f"torch's kernel failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
+            self._choose(leaves, "iree", f"torch's kernel failed: {_first_line(error)}")
             return result
         self.times = {"iree": round(iree_us, 1), "vendor": round(vendor_us, 1)}
         self._choose(leaves, "vendor" if vendor_us < iree_us else "iree", "timed")
@@ -110,6 +116,10 @@ class TimedPlan:
     def record(self) -> tuple | None:
         """The kernel plan's record: a later process wraps it again (the choice is the kernel cache's)."""
         return None if self.kernel_plan is None else self.kernel_plan.record()
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def _describe(func: Any, leaves: Leaves) -> str:

@@ -67,7 +67,7 @@ class TorchBuffer(Buffer):
         self.nbytes = tensor.numel() * tensor.element_size()
         device.memory.held(self.nbytes)
         self.stream = torch.cuda.current_stream(tensor.device) if tensor.is_cuda else None
-        self._hal = None
+        self._hal = self.reader = None
 
     def wait(self) -> None:
         """Block the host until torch's stream finished the tensor."""
@@ -117,18 +117,22 @@ def shared_view(tensor: DeviceTensor) -> torch.Tensor:
 
 
 def finish_reads(inputs: list[DeviceTensor]) -> None:
-    """Wait for torch's stream where a torch kernel read IREE's memory.
+    """Keep IREE's memory that a torch kernel read until torch's stream has read it.
 
     torch frees a DLPack view's memory (hands the buffer back to IREE) as soon as the view dies,
     whatever its stream still has to read, and IREE may then give the memory to its next result:
-    so a torch op that read an IREE buffer is waited for before its inputs can go. Inputs that are
-    torch's own memory need no wait: torch's allocator orders their reuse on its stream.
+    so each IREE buffer a torch kernel read on a GPU holds an event recorded after the read, and
+    its release waits for that event (device/buffer.py). Inputs that are torch's own memory need
+    none: torch's allocator orders their reuse on its stream.
     """
+    event = None
     for tensor in inputs:
         buffer = tensor._storage.buffer
         if not isinstance(buffer, TorchBuffer) and tensor._storage.device.kind == "cuda":
-            torch.cuda.current_stream(buffer.shared.device).synchronize()
-            return
+            if event is None:
+                event = torch.cuda.Event()
+                event.record(torch.cuda.current_stream(buffer.shared.device))
+            buffer.reader = event
 
 
 def adopt(result: torch.Tensor, device: Device) -> DeviceTensor:
