@@ -112,6 +112,34 @@ def test_complex_tensors_live_on_the_device_and_their_ops_go_to_the_fallback():
         on_device + 1
 
 
+@pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
+def test_complex_factories_copies_views_and_printing_never_reach_the_compiler(stats):
+    """IREE 3.13's compiler crashes on complex kernels: complex factories are made on the host,
+    and a kernel whose trace has a complex value is refused before it reaches the compiler."""
+    makers = [
+        lambda d: torch.ones(3, dtype=torch.complex64, device=d),
+        lambda d: torch.zeros(2, 3, dtype=torch.complex128, device=d),
+        lambda d: torch.full((2, 2), 1 + 2j, device=d),
+        lambda d: torch.eye(3, dtype=torch.complex64, device=d),
+    ]
+    for make in makers:
+        torch.testing.assert_close(make(D).cpu(), make("cpu"))
+    x = torch.randn(2, 4, dtype=torch.complex64)
+    y = x.to(D)
+    torch.testing.assert_close(y.to(torch.complex128).cpu(), x.to(torch.complex128))
+    torch.testing.assert_close(y[:, 1:3].cpu(), x[:, 1:3])
+    torch.testing.assert_close(y.real.cpu(), x.real)
+    torch.testing.assert_close(torch.view_as_real(y).cpu(), torch.view_as_real(x))
+    real = torch.view_as_real(y)
+    real[0, 0, 1] = 7.0  # a write through the real view is a write to the complex tensor
+    x_real = torch.view_as_real(x)
+    x_real[0, 0, 1] = 7.0
+    torch.testing.assert_close(y.cpu(), x)
+    torch.testing.assert_close(torch.view_as_complex(real).cpu(), x)
+    assert str(x.cpu()).removesuffix(")") in str(y) and "device='turbine" in str(y)
+    assert stats()["compile_failures"] == 0
+
+
 def test_module_to_moves_parameters():
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     x = torch.randn(5, 4)

@@ -19,7 +19,7 @@ import torch
 from turbine.device import NO_WAIT, Device, sizes_carrier
 from turbine.eager import dynamic, lowering, runtime
 from turbine.eager.dtypes import check_dtype
-from turbine.eager.dtypes import ELEMENT_TYPES
+from turbine.eager.dtypes import ELEMENT_TYPES, STORAGE_ONLY
 from turbine.eager.scalars import int_vector, number_dtype, scalar_view
 from turbine.eager.tensor import DeviceTensor, empty, wrap
 from turbine.eager.transfer import to_device
@@ -102,6 +102,8 @@ def _run_factory_kernel(func: Callable, name: str, args: tuple, kwargs: dict, de
     entry = kernels.get(key)
     if entry is None:
         meta = func(*args, device="meta", **kwargs)
+        if meta.dtype in STORAGE_ONLY:  # complex: IREE kernels do not take it (eager/dtypes.py)
+            return to_device(func(*args, device="cpu", **kwargs), device)
         generic = _generic_factory(name, args, call_kwargs, fill, meta, device)
         if generic is not None:
             return generic

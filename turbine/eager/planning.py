@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import torch
+
 from turbine.counters import counters
 from turbine.eager import executors, registry
 from turbine.eager.kernel_plan import KernelPlan
@@ -18,7 +20,7 @@ from turbine.eager.op_trace import kernel_plan, stored_kernel_plan
 from turbine.eager.plans import EmptyPlan, MutationPlan, SharePlan, ViewPlan, layouts_of, outputs
 from turbine.eager.schema import OpSchema
 from turbine.eager.signature import Leaves
-from turbine.eager.tensor import DeviceTensor, contiguous_strides
+from turbine.eager.tensor import contiguous_strides
 from turbine.eager.timed_plan import TimedPlan
 from turbine.errors import CompileError, UnsupportedOpError
 from turbine.kernels_cache import kernel_cache
@@ -37,7 +39,7 @@ def from_record(func: Any, schema: OpSchema, leaves: Leaves, record: tuple, run:
             func, leaves, KernelPlan(func, leaves.device, kernel, signature, list(scalar_dtypes), layouts, structure)
         )
     elif kind == "view":
-        plan = ViewPlan(record[1], record[2])
+        plan = ViewPlan(*record[1:])
     elif kind == "mutation":
         plan = MutationPlan(func, schema, run)
     elif kind == "share":
@@ -114,25 +116,33 @@ def _zero_size(func: Any, leaves: Leaves, metas: list) -> bool:
 
 def _view_plan(func: Any, leaves: Leaves, meta_out: Any) -> ViewPlan:
     metas, kind = outputs(meta_out)
-    storage_dtype = leaves.tensors[0].dtype
+    storage_dtype = leaves.tensors[0]._storage.dtype
+    reinterpreted = None
     for meta in metas:
         if meta.dtype != storage_dtype:
-            raise UnsupportedOpError(f"{func}: views that reinterpret {storage_dtype} as {meta.dtype} are not supported")
+            if _REAL_OF.get(meta.dtype) is not storage_dtype and _REAL_OF.get(storage_dtype) is not meta.dtype:
+                raise UnsupportedOpError(f"{func}: views that reinterpret {storage_dtype} as {meta.dtype} are not supported")
+            reinterpreted = meta.dtype  # view_as_real, view_as_complex: the same memory in other units
+    numel = leaves.tensors[0]._storage.numel * storage_dtype.itemsize // (reinterpreted or storage_dtype).itemsize
     geometries = tuple((tuple(m.shape), tuple(m.stride()), m.storage_offset()) for m in metas)
     for sizes, strides, offset in geometries:
-        _check_in_bounds(sizes, strides, offset, leaves.tensors[0])
-    return ViewPlan(geometries, kind)
+        _check_in_bounds(sizes, strides, offset, numel, (reinterpreted or storage_dtype).itemsize)
+    return ViewPlan(geometries, kind, reinterpreted)
 
 
-def _check_in_bounds(sizes: tuple, strides: tuple, offset: int, base: DeviceTensor) -> None:
-    """A view must stay inside its storage (meta tensors do not check: their storage has no size)."""
+#: A complex dtype's real part's dtype, and the reverse.
+_REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
+def _check_in_bounds(sizes: tuple, strides: tuple, offset: int, numel: int, itemsize: int) -> None:
+    """A view must stay inside its storage of ``numel`` elements (meta tensors do not check:
+    their storage has no size)."""
     if any(size == 0 for size in sizes):
         return
     last = offset + sum((size - 1) * stride for size, stride in zip(sizes, strides))
-    if offset < 0 or last >= base._storage.numel:
-        itemsize = base.element_size()
+    if offset < 0 or last >= numel:
         raise RuntimeError(
             f"setStorage: sizes {list(sizes)}, strides {list(strides)}, storage offset {offset}, and itemsize "
             f"{itemsize} requiring a storage size of {(last + 1) * itemsize} are out of bounds for storage of size "
-            f"{base._storage.numel * itemsize}"
+            f"{numel * itemsize}"
         )

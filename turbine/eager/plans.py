@@ -17,7 +17,7 @@ from turbine.eager import fallback, runtime
 from turbine.eager.executors import Executor
 from turbine.eager.schema import OpSchema, functional_variant, functionalized_variant
 from turbine.eager.signature import Leaves
-from turbine.eager.tensor import DeviceTensor, Storage, empty
+from turbine.eager.tensor import DeviceTensor, ReinterpretedStorage, Storage, empty
 from turbine.eager.views import dense, write
 from turbine.errors import UnsupportedOpError
 
@@ -96,20 +96,24 @@ def outputs(meta_out: Any) -> tuple[list, str]:
 
 
 class ViewPlan:
-    """Outputs share the first input's storage with the geometry torch's meta kernel gave."""
+    """Outputs share the first input's storage with the geometry torch's meta kernel gave; with
+    ``dtype``, a complex storage seen as real numbers or the reverse (``view_as_real``)."""
 
-    def __init__(self, geometries: tuple, kind: str) -> None:
+    def __init__(self, geometries: tuple, kind: str, dtype: torch.dtype | None = None) -> None:
         self.geometries = geometries
         self.kind = kind
         self.structure = STRUCTURES[kind]
+        self.dtype = dtype
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         storage = leaves.tensors[0]._storage
+        if self.dtype is not None:
+            storage = ReinterpretedStorage(storage, self.dtype)
         outs = [DeviceTensor(storage, sizes, strides, offset) for sizes, strides, offset in self.geometries]
         return self.structure(outs)
 
     def record(self) -> tuple:
-        return ("view", self.geometries, self.kind)
+        return ("view", self.geometries, self.kind, self.dtype)
 
 
 class MutationPlan:

@@ -28,6 +28,29 @@ class Storage:
         self.buffer = buffer
 
 
+class ReinterpretedStorage(Storage):
+    """A complex storage's memory seen as its real and imaginary parts (``view_as_real``), or a
+    real storage's as complex numbers (``view_as_complex``): the same buffer, so a write through
+    either installs its new buffer in the storage it views, and every view of that sees it."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, base: Storage, dtype: torch.dtype) -> None:
+        self.base = base
+        self.device = base.device
+        self.dtype = dtype
+        ratio = base.dtype.itemsize / dtype.itemsize
+        self.numel = int(base.numel * ratio)
+
+    @property
+    def buffer(self) -> Buffer:
+        return self.base.buffer
+
+    @buffer.setter
+    def buffer(self, buffer: Buffer) -> None:
+        self.base.buffer = buffer
+
+
 def contiguous_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
     strides = []
     step = 1

@@ -49,9 +49,20 @@ def lower(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], decompositi
                 # torch.empty reserves address space but touches no memory, so large shapes cost nothing.
                 examples = [torch.empty(sizes, dtype=dtype) for sizes, dtype in inputs]
                 graph_module = make_fx(fn, tracing_mode="fake", decomposition_table=decompositions)(*examples)
+    _refuse_complex(graph_module)
     importer = FxImporter()
     importer.import_stateless_graph(graph_module.graph, func_name="main")
     return str(importer.module)
+
+
+def _refuse_complex(graph_module: torch.fx.GraphModule) -> None:
+    """IREE 3.13's compiler crashes (SIGSEGV, in torch-mlir's fill of a ``complex<f32>`` tensor)
+    on kernels with complex values, costing a compiler process each: such traces are refused."""
+    for node in graph_module.graph.nodes:
+        values = node.meta.get("val")
+        for value in values if isinstance(values, (list, tuple)) else [values]:
+            if isinstance(value, torch.Tensor) and value.dtype.is_complex:
+                raise CompileError(f"IREE 3.13 does not compile kernels with complex values ({node.target} gives {value.dtype})")
 
 
 class SymbolsMustMatch(CompileError):
