@@ -40,3 +40,20 @@ class OutOfMemoryError(DeviceError, torch.OutOfMemoryError):
 class DeviceLostError(DeviceError):
     """The device faulted (a CUDA context that hit an illegal address cannot recover): every later
     use of it raises this at once, naming the first failure."""
+
+
+def detached(error: BaseException) -> BaseException:
+    """``error`` without tracebacks, on it and on the errors chained to it.
+
+    A failure kept to be raised or reported again (a plan's, the kernel cache's) would otherwise
+    keep alive every frame it passed through, with their tensors: their device memory was held
+    until exit, then released after IREE's devices had gone, which crashed the process. Raise a
+    copy of a kept error (``copy.copy``), so that the raise does not attach a new traceback to it.
+    """
+    seen = set()
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+    return error

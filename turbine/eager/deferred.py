@@ -22,6 +22,7 @@ Rules that keep this invisible to the program:
 from __future__ import annotations
 
 import collections
+import copy
 import contextlib
 from typing import Any
 
@@ -33,6 +34,7 @@ from turbine.eager import fallback, runtime
 from turbine.eager.signature import rebuild
 from turbine.eager.tensor import DeviceTensor, Storage
 from turbine.eager.views import dense
+from turbine.errors import detached
 
 def enabled() -> bool:
     """Whether new kernels compile in the background (``TURBINE_BACKGROUND_COMPILE``); not under
@@ -90,11 +92,11 @@ class _Launch:
         """Run the queue up to this launch (a PendingBuffer of it was read)."""
         flush(self)
         if self.error is not None:
-            raise self.error
+            raise copy.copy(self.error)
 
     def fail(self, error: BaseException) -> None:
         """The launch cannot run: reading any of its results raises ``error``."""
-        self.error = error
+        error = self.error = detached(error)
         for pending in self.outputs:
             if pending is not None:
                 pending.error = error

@@ -18,7 +18,7 @@ from turbine.eager.schema import schema_of
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DenseLayout, torch_device
 from turbine.eager.views import dense
-from turbine.errors import CompileError, DeviceError, UnsupportedOpError
+from turbine.errors import CompileError, DeviceError, UnsupportedOpError, detached
 from turbine.kernels_cache import CompilingKernel, Kernel, kernel_cache
 
 
@@ -110,7 +110,7 @@ class KernelPlan:
         try:
             self.kernel = compiling.result()
         except (CompileError, UnsupportedOpError) as reason:
-            self.failure = reason
+            self.failure = detached(reason)
         except BaseException:
             if compiling.done():
                 self.forget()

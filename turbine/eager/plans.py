@@ -19,7 +19,7 @@ from turbine.eager.schema import OpSchema, functional_variant, functionalized_va
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DeviceTensor, ReinterpretedStorage, Storage, empty
 from turbine.eager.views import dense, write
-from turbine.errors import UnsupportedOpError
+from turbine.errors import UnsupportedOpError, detached
 
 aten = torch.ops.aten
 
@@ -29,7 +29,7 @@ class FallbackPlan:
 
     def __init__(self, func: Any, reason: Exception, device: Device | None) -> None:
         self.func = func
-        self.reason = reason
+        self.reason = detached(reason)  # kept for every later call: no frames with it
         self.device = device
 
     @property

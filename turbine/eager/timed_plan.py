@@ -24,6 +24,7 @@ from turbine.eager.kernel_plan import KernelPlan
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DeviceTensor
 from turbine.kernels_cache import kernel_cache
+from turbine.errors import detached
 
 log = logging.getLogger("turbine")
 
@@ -39,7 +40,7 @@ class TimedPlan:
         self.func = func
         self.device = device
         self.kernel_plan = kernel_plan
-        self.failure = failure  # why IREE cannot run it, where it cannot
+        self.failure = None if failure is None else detached(failure)  # why IREE cannot run it, where it cannot
         self.chosen: str | None = None
         self.times: dict[str, float] = {}
         if kernel_plan is not None:

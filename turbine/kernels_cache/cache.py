@@ -8,6 +8,7 @@ too (a negative cache), so a signature IREE cannot compile costs one compile, no
 from __future__ import annotations
 
 import atexit
+import copy
 import hashlib
 import logging
 import threading
@@ -229,7 +230,7 @@ class KernelCache:
         """The module and record of a key from memory or the store, or None; raises a known
         failure. Called with the lock held."""
         if key in self._failed:
-            raise self._failed[key]
+            raise copy.copy(self._failed[key])  # the kept error gathers no traceback
         entry = self._entries.get(key)
         if entry is not None:
             counters.cache_hits_memory += 1
@@ -330,7 +331,7 @@ class KernelCache:
         if failure is not None:
             error = CompileError(f"{describe} failed to compile earlier (cached failure):\n{failure}")
             self._failed[key] = error
-            raise error
+            raise copy.copy(error)
 
     def _open_bundle(self, bundle: str, digest: str) -> tuple[Bundle, dict] | None:
         """A member's entry from its bundle, every other member kept for its first use; None if
@@ -376,7 +377,7 @@ class KernelCache:
                 self._failed[key] = failure
             if self.store is not None:
                 self.store.save_failure(digest, str(error), {"op": describe})
-            raise failure from None
+            raise copy.copy(failure) from None
         finally:
             progress.compiled()
         seconds = time.perf_counter() - start
