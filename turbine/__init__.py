@@ -33,6 +33,7 @@ from turbine.eager.device_module import (
 )
 from turbine.eager.dynamic import mark_dynamic
 from turbine.eager.fallback import TurbineFallbackWarning, fallback
+from turbine.eager.mode import enable_in_thread
 from turbine.eager.profiling import Profile, profile
 from turbine.errors import CompileError, DeviceNotFoundError, TurbineError, UnsupportedDtypeError, UnsupportedOpError
 
@@ -79,6 +80,7 @@ __all__ = [
     "device",
     "devices",
     "empty_cache",
+    "enable_in_thread",
     "fallback",
     "manual_seed",
     "mark_dynamic",

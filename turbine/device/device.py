@@ -87,6 +87,8 @@ class Device:
         self.memory = Memory()
         #: Fences of launched work not yet seen reached, oldest first (``synchronize`` waits for them).
         self._launched: collections.deque[rt.HalFence] = collections.deque()
+        #: Taken to drop fences from ``_launched`` (threads append to it without a lock).
+        self._dropping = threading.Lock()
         self.kind = spec.kind
         self.driver = spec.driver
         self.index = index
@@ -132,8 +134,9 @@ class Device:
         launched = self._launched
         launched.append(fence)
         if len(launched) > _LAUNCHED_KEPT:
-            while launched and _reached(launched[0]):
-                launched.popleft()
+            with self._dropping:
+                while launched and _reached(launched[0]):
+                    launched.popleft()
 
     def outstanding(self) -> list[rt.HalFence]:
         """The fences of launched work not yet seen reached."""
@@ -142,11 +145,16 @@ class Device:
     def synchronize(self) -> None:
         """Block the host until every piece of work launched on this device so far is done
         (raises, as reading its results would, if some failed)."""
-        while self._launched:
-            fence = self._launched[0]
+        launched = self._launched
+        while launched:
+            try:
+                fence = launched[0]
+            except IndexError:  # another thread dropped the last one
+                return
             self.settle(fence)
-            if self._launched and self._launched[0] is fence:
-                self._launched.popleft()
+            with self._dropping:
+                if launched and launched[0] is fence:
+                    launched.popleft()
 
     def settle(self, fence: rt.HalFence) -> None:
         """Block the host until ``fence`` is reached (raises if its work failed); by polling where

@@ -8,6 +8,7 @@ device, so it routes them here. It is entered once at ``import turbine`` and sta
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any
 
 import torch
@@ -160,7 +161,37 @@ _mode = DeviceMode()
 
 
 def install() -> None:
-    """Enter the mode for the rest of the process (once)."""
+    """Enter the mode for the rest of the process (once): in this thread, and in every thread
+    started from now on."""
     if not getattr(_mode, "_turbine_installed", False):
-        _mode.__enter__()
+        enable_in_thread()
+        _start_threads_with_the_mode()
         _mode._turbine_installed = True
+
+
+def enable_in_thread() -> None:
+    """Let this thread name turbine devices by string (``device="turbine:cpu"``).
+
+    torch keeps its function modes per thread, so a thread started before ``import turbine`` (a
+    thread pool's worker, say) has not got turbine's; threads started later get it by
+    themselves. Pass it as a pool's ``initializer`` or call it at the top of such a thread.
+    Calling it again does nothing.
+    """
+    if not any(mode is _mode for mode in torch.overrides._get_current_function_mode_stack()):
+        torch._C._push_on_torch_function_stack(_mode)
+
+
+def _start_threads_with_the_mode() -> None:
+    """Every Python thread started later enters the mode before its target runs.
+
+    ``threading.Thread._bootstrap_inner`` is where each thread starts (a private method, the same
+    from Python 3.8 to 3.13): it is wrapped once. Threads made from C or with ``_thread`` do not
+    pass there and need :func:`enable_in_thread`.
+    """
+    start = threading.Thread._bootstrap_inner
+
+    def bootstrap_inner(thread: threading.Thread) -> None:
+        enable_in_thread()
+        start(thread)
+
+    threading.Thread._bootstrap_inner = bootstrap_inner

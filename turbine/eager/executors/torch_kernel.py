@@ -56,7 +56,8 @@ class TorchBuffer(Buffer):
 
     ``shared`` is the torch tensor (dense; complex as its real parts). Reading ``hal`` (a kernel's
     input, a read, a copy) first waits for torch's stream, then imports the memory through DLPack
-    without a copy; torch ops that read it meanwhile use ``shared`` directly.
+    without a copy; torch ops that read it meanwhile use ``shared`` directly. ``stream`` is the
+    torch stream that made it, as torch's (id, device index, device type) key (:func:`_stream_key`).
     """
 
     __slots__ = ("_hal", "stream")
@@ -66,13 +67,13 @@ class TorchBuffer(Buffer):
         self.shared = tensor
         self.nbytes = tensor.numel() * tensor.element_size()
         device.memory.held(self.nbytes)
-        self.stream = torch.cuda.current_stream(tensor.device) if tensor.is_cuda else None
+        self.stream = _stream_key(tensor) if tensor.is_cuda else None
         self._hal = self.reader = None
 
     def wait(self) -> None:
         """Block the host until torch's stream finished the tensor."""
         if self.stream is not None:
-            self.stream.synchronize()
+            _stream(self.stream).synchronize()
             self.stream = None
 
     @property
@@ -108,9 +109,9 @@ def shared_view(tensor: DeviceTensor) -> torch.Tensor:
         count = storage.numel * (2 if parts else 1)
         flat = buffer.shared = torch.from_dlpack(export_capsule(buffer, count, ELEMENT_TYPES[parts or storage.dtype]))
     elif isinstance(buffer, TorchBuffer) and buffer.stream is not None:
-        current = torch.cuda.current_stream(flat.device)
+        current = _stream_key(flat)
         if current != buffer.stream:
-            current.wait_stream(buffer.stream)
+            _stream(current).wait_stream(_stream(buffer.stream))
     if parts:
         flat = torch.view_as_complex(flat.view(-1, 2))
     return flat.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
@@ -121,18 +122,28 @@ def finish_reads(inputs: list[DeviceTensor]) -> None:
 
     torch frees a DLPack view's memory (hands the buffer back to IREE) as soon as the view dies,
     whatever its stream still has to read, and IREE may then give the memory to its next result:
-    so each IREE buffer a torch kernel read on a GPU holds an event recorded after the read, and
-    its release waits for that event (device/buffer.py). Inputs that are torch's own memory need
-    none: torch's allocator orders their reuse on its stream.
+    so each IREE buffer a torch kernel read on a GPU holds an event recorded after its latest read
+    (one event per buffer, recorded again at each read), and its release waits for that event
+    (device/buffer.py). Inputs that are torch's own memory need none: torch's allocator orders
+    their reuse on its stream.
     """
-    event = None
     for tensor in inputs:
         buffer = tensor._storage.buffer
         if not isinstance(buffer, TorchBuffer) and tensor._storage.device.kind == "cuda":
-            if event is None:
-                event = torch.cuda.Event()
-                event.record(torch.cuda.current_stream(buffer.shared.device))
-            buffer.reader = event
+            if buffer.reader is None:
+                buffer.reader = torch.cuda.Event()
+            buffer.reader.record(_stream(_stream_key(buffer.shared)))
+
+
+def _stream_key(tensor: torch.Tensor) -> tuple[int, int, int]:
+    """The calling thread's current torch stream on ``tensor``'s GPU as torch keeps it, (stream id,
+    device index, device type): a tuple is cheaper to get and compare than a Stream object, which
+    is made (:func:`_stream`) only where a wait needs one."""
+    return torch._C._cuda_getCurrentStream(tensor.device.index)
+
+
+def _stream(key: tuple[int, int, int]) -> torch.cuda.Stream:
+    return torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
 
 
 def adopt(result: torch.Tensor, device: Device) -> DeviceTensor:
