@@ -194,6 +194,20 @@ def test_training_through_vendor_kernels_matches_torch(monkeypatch, vendor_on, f
     assert {"convolution", "convolution_backward", "addmm", "mm"} <= set(chosen), chosen
 
 
+def test_a_foreach_op_runs_whole_on_the_vendor(vendor_on, stats):
+    """One torch multi-tensor kernel for the list (one vendor op), in place or not."""
+    tensors = [torch.randn(3, 4), torch.randn(5), torch.randn(2, 2)]
+    ours = [t.to(D) for t in tensors]
+    torch._foreach_mul_(ours, 2.0)
+    summed = torch._foreach_add(ours, ours, alpha=0.5)
+    expected = [t * 2 for t in tensors]
+    for a, e in zip(ours, expected):
+        torch.testing.assert_close(a.cpu(), e)
+    for a, e in zip(summed, expected):
+        torch.testing.assert_close(a.cpu(), e * 1.5)
+    assert stats()["executors"].get("vendor") == 2 and stats()["executors"].get("iree", 0) == 0
+
+
 def _attention_case(**options):
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 16, 8, requires_grad=True) for _ in range(3))

@@ -18,6 +18,9 @@ from typing import Any, Callable
 
 import torch
 
+from turbine.counters import counters
+from turbine.eager import executors
+from turbine.eager.tensor import DeviceTensor
 from turbine.eager.views import dense, write
 from turbine.errors import UnsupportedOpError
 
@@ -31,10 +34,21 @@ _IRREGULAR: dict[str, Callable[..., torch.Tensor]] = {
 
 
 def run(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
-    """Run a ``_foreach_`` op element by element; in-place ones write their first list."""
+    """Run a ``_foreach_`` op element by element; in-place ones write their first list.
+
+    Where the vendor executor runs (a GPU), the op runs whole as torch's multi-tensor kernel
+    instead: one launch for the list rather than one per element, which is what makes torch's
+    foreach optimizers fast on CUDA."""
     name = func.overloadpacket.__name__[len("_foreach_") :]
     in_place = name.endswith("_")
     values = _bound(func, args, kwargs)
+    whole = _on_the_vendor(func, name, values, args, kwargs)
+    if whole is not None:
+        if not in_place:
+            return whole
+        for target, result in zip(values[0], whole):
+            _write(target, result)
+        return None
     arguments = func._schema.arguments
     per_element = [_per_element(argument) for argument in arguments]
     count = next(len(v) for v, each in zip(values, per_element) if each == "list")
@@ -52,6 +66,23 @@ def run(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
             _write(target, result)
         return None
     return results
+
+
+def _on_the_vendor(func: torch._ops.OpOverload, name: str, values: list, args: tuple, kwargs: dict) -> list | None:
+    """The op's out-of-place form run whole by the vendor executor, or None where it does not run
+    on these tensors' device (or torch has no kernel for them: then element by element)."""
+    tensors = [t for t in values[0] if isinstance(t, DeviceTensor)] if isinstance(values[0], (list, tuple)) else []
+    if not tensors or not executors.VENDOR.runs_on(tensors[0]._storage.device) or name.rstrip("_") == "copy":
+        return None
+    packet = getattr(aten, f"_foreach_{name.rstrip('_')}", None)
+    if packet is None or func._overloadname not in packet.overloads():
+        return None
+    try:
+        results = executors.VENDOR.run(getattr(packet, func._overloadname), args, kwargs, tensors[0]._storage.device)
+    except Exception:  # no torch kernel for these dtypes here: element by element instead
+        return None
+    counters.executors[executors.VENDOR.name] += 1
+    return list(results)
 
 
 def _bound(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list:

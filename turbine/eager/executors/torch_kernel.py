@@ -143,7 +143,15 @@ def _stream_key(tensor: torch.Tensor) -> tuple[int, int, int]:
 
 
 def _stream(key: tuple[int, int, int]) -> torch.cuda.Stream:
-    return torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
+    """torch's Stream object for a stream key (kept: making one costs a few microseconds)."""
+    stream = _streams.get(key)
+    if stream is None:
+        stream = _streams[key] = torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
+    return stream
+
+
+#: Stream objects by key (:func:`_stream`); a stream's key is not reused while torch runs.
+_streams: dict[tuple[int, int, int], Any] = {}
 
 
 def adopt(result: torch.Tensor, device: Device) -> DeviceTensor:

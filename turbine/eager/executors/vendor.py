@@ -62,12 +62,14 @@ class VendorKernel(TorchKernel):
     def run(self, func: Any, args: tuple, kwargs: dict, device: Device | None) -> Any:
         """The op on torch tensors over the arguments' memory (the ops it competes for write no
         argument: in-place ops reach it as their out-of-place twins)."""
-        if _flat(args) and _flat(kwargs.values()):
-            result = func(
-                *[shared_view(a) if isinstance(a, DeviceTensor) else a for a in args],
-                **{k: shared_view(v) if isinstance(v, DeviceTensor) else v for k, v in kwargs.items()},
-            )
-            finish_reads([a for a in (*args, *kwargs.values()) if isinstance(a, DeviceTensor)])
+        if _flat(args) and (not kwargs or _flat(kwargs.values())):
+            inputs = [a for a in args if isinstance(a, DeviceTensor)]
+            torch_args = [shared_view(a) if isinstance(a, DeviceTensor) else a for a in args]
+            if kwargs:
+                inputs += [v for v in kwargs.values() if isinstance(v, DeviceTensor)]
+                kwargs = {k: shared_view(v) if isinstance(v, DeviceTensor) else v for k, v in kwargs.items()}
+            result = func(*torch_args, **kwargs)
+            finish_reads(inputs)
             if isinstance(result, torch.Tensor):
                 return adopt(result, device)
             return tuple(adopt(r, device) if isinstance(r, torch.Tensor) else r for r in result)
