@@ -96,14 +96,18 @@ class Config:
     #: op (like CUDA_LAUNCH_BLOCKING); slow, for finding such an op.
     launch_blocking: bool = False
     #: Which executors may run ops IREE can run too (eager/executors/vendor.py): "auto" (IREE's
-    #: kernels, and on GPUs torch's vendor kernels for matmuls, convolutions and attention
-    #: where timing both shows them faster), "iree" (IREE's kernels alone; torch's only as the
+    #: kernels, and on GPUs torch's own kernels (cuBLAS, cuDNN, its elementwise kernels) where
+    #: timing both shows them faster), "iree" (IREE's kernels alone; torch's only as the
     #: fallback policy's) or "all" (the vendor executor on every device torch runs, CPU too).
     executors: str = "auto"
     #: Which dims of a kernel take any size (eager/dynamic.py): "auto" (a dim that takes a second
     #: size of 2 or more, from then on), "off" (a kernel per size) or "all" (every dim of size 2
     #: or more, from the first call).
     dynamic: str = "auto"
+    #: When an out-of-range index raises torch's error (eager/index_checks.py): "lazy" (at the
+    #: next read from the device, as CUDA reports device-side asserts) or "eager" (at the op,
+    #: which then waits for its check).
+    check_indices: str = "lazy"
 
     @classmethod
     def from_env(cls) -> "Config":
@@ -130,6 +134,7 @@ class Config:
             launch_blocking=_env_bool("TURBINE_LAUNCH_BLOCKING", False),
             executors=os.environ.get("TURBINE_EXECUTORS", "auto").strip() or "auto",
             dynamic=os.environ.get("TURBINE_DYNAMIC", "auto").strip() or "auto",
+            check_indices=os.environ.get("TURBINE_CHECK_INDICES", "lazy").strip() or "lazy",
         )
 
 

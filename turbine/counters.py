@@ -20,6 +20,7 @@ _NAMES = (
     "host_transfers",
     "host_transfer_bytes",
     "scalar_uploads",
+    "check_reports",
     "deferred_launches",
     "compile_seconds",
 )

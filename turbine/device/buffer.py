@@ -135,7 +135,22 @@ def upload_scalar(device: "Device", array: np.ndarray) -> Buffer:  # noqa: F821
 
 
 def download(buffer: Buffer, nbytes: int | None = None) -> np.ndarray:
-    """Wait for the buffer and copy its first ``nbytes`` to a new host uint8 array (one counted transfer)."""
+    """Wait for the buffer and copy its first ``nbytes`` to a new host uint8 array (one counted
+    transfer). Checks made on the device since the last read report first (``Device.expect``)."""
+    buffer.device.raise_expected()
+    out = _read(buffer, nbytes)
+    counters.host_transfers += 1
+    counters.host_transfer_bytes += out.nbytes
+    return out
+
+
+def read_report(buffer: Buffer) -> np.ndarray:
+    """A check's report (a few bytes), counted apart from tensor data (``check_reports``)."""
+    counters.check_reports += 1
+    return _read(buffer, None)
+
+
+def _read(buffer: Buffer, nbytes: int | None) -> np.ndarray:
     buffer.device.require_usable()  # its bytes may be anything once a kernel faulted
     buffer.wait()
     nbytes = buffer.nbytes if nbytes is None else nbytes
@@ -145,7 +160,4 @@ def download(buffer: Buffer, nbytes: int | None = None) -> np.ndarray:
     if not int(source.memory_type()) & _HOST_VISIBLE:
         source = buffer.device.staging_copy(source, nbytes)
     mapped = source.map()
-    out = np.array(mapped.asarray((source.byte_length(),), np.dtype(np.uint8))[:nbytes], copy=True)
-    counters.host_transfers += 1
-    counters.host_transfer_bytes += nbytes
-    return out
+    return np.array(mapped.asarray((source.byte_length(),), np.dtype(np.uint8))[:nbytes], copy=True)

@@ -9,12 +9,13 @@ import collections
 import contextlib
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import iree.runtime as rt
 
 from turbine.config import config
 from turbine.device import cuda_context, failures
+from turbine.device.buffer import read_report
 from turbine.device.memory import Memory
 from turbine.device.names import DeviceSpec
 from turbine.errors import OutOfMemoryError
@@ -36,6 +37,9 @@ POLLED_WAITS = {"cuda"}
 #: Launch fences a device keeps before it drops those already reached (Device.launched): each
 #: drop asks IREE about a fence, so they are dropped in batches.
 _LAUNCHED_KEPT = 256
+
+#: Check reports kept waiting for a read before the oldest are read anyway (``Device.expect``).
+_EXPECTED_KEPT = 64
 
 _instance_lock = threading.Lock()
 _entered = threading.local()
@@ -106,6 +110,8 @@ class Device:
         self.lost: str | None = None
         #: The CUDA context IREE made current when it opened the device (device/cuda_context.py).
         self._cuda_context = cuda_context.current() if spec.kind == "cuda" else None
+        #: Reports of checks made on the device, read at the next read from it (``expect``).
+        self._expected: collections.deque[tuple[Any, Callable[[Any], BaseException | None]]] = collections.deque()
 
 
     def __repr__(self) -> str:
@@ -138,23 +144,46 @@ class Device:
                 while launched and _reached(launched[0]):
                     launched.popleft()
 
+    def expect(self, report: Any, check: Callable[[Any], BaseException | None]) -> None:
+        """Keep a check's report (a small buffer a kernel writes, such as an index check's) until
+        the next read from the device, which passes it to ``check`` (device/buffer.py: the bytes
+        as numpy uint8) and raises the error it returns, as CUDA reports device-side asserts.
+        Only the newest reports are kept waiting; older ones are read as new ones come."""
+        self._expected.append((report, check))
+        if len(self._expected) > _EXPECTED_KEPT:
+            self.raise_expected(keep=_EXPECTED_KEPT // 2)
+
+    def raise_expected(self, keep: int = 0) -> None:
+        """Read the kept reports (all but the newest ``keep``); raise the first error one gives."""
+        first = None
+        while len(self._expected) > keep:
+            try:
+                report, check = self._expected.popleft()
+            except IndexError:  # another thread read it
+                break
+            error = check(read_report(report))
+            first = first or error
+        if first is not None:
+            raise first
+
     def outstanding(self) -> list[rt.HalFence]:
         """The fences of launched work not yet seen reached."""
         return list(self._launched)
 
     def synchronize(self) -> None:
         """Block the host until every piece of work launched on this device so far is done
-        (raises, as reading its results would, if some failed)."""
+        (raises, as reading its results would, if some failed or a check's report says so)."""
         launched = self._launched
         while launched:
             try:
                 fence = launched[0]
             except IndexError:  # another thread dropped the last one
-                return
+                break
             self.settle(fence)
             with self._dropping:
                 if launched and launched[0] is fence:
                     launched.popleft()
+        self.raise_expected()
 
     def settle(self, fence: rt.HalFence) -> None:
         """Block the host until ``fence`` is reached (raises if its work failed); by polling where

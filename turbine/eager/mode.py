@@ -17,6 +17,7 @@ from torch.overrides import TorchFunctionMode
 from turbine.device import Device, open_device
 from turbine.device.registry import by_index, current, opened_devices
 from turbine.eager import backward_errors, conversion, factories, pinning
+from turbine.eager.ops import bounds
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device
 
@@ -90,7 +91,8 @@ _PARSE_TO = torch._C._nn._parse_to
 _BACKWARD = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
 _SHALLOW_COPY_COMPATIBLE = torch._has_compatible_shallow_copy_type
 _PIN = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
-_INTERCEPTED = (*_TENSOR_TO, _PARSE_TO, *_BACKWARD, _SHALLOW_COPY_COMPATIBLE, torch.device, *_PIN)
+_ONE_HOT = torch.nn.functional.one_hot
+_INTERCEPTED = (*_TENSOR_TO, _PARSE_TO, *_BACKWARD, _SHALLOW_COPY_COMPATIBLE, torch.device, *_PIN, _ONE_HOT)
 
 
 def _device_object(*args: Any, **kwargs: Any) -> torch.device:
@@ -120,6 +122,8 @@ class DeviceMode(TorchFunctionMode):
             return _shallow_copy_compatible(*args)
         if func is torch.device:
             return _device_object(*args, **kwargs)
+        if func is _ONE_HOT and isinstance(args[0], DeviceTensor):
+            return bounds.one_hot(*args, **kwargs)  # torch checks no class of a Python backend's
         if func in _PIN and pinning.for_turbine(args[1] if len(args) > 1 else kwargs.get("device")):
             # pinned memory is a C++ hook a Python backend cannot give (eager/pinning.py)
             return args[0].clone() if func is torch.Tensor.pin_memory else False

@@ -63,6 +63,7 @@ class _CompilerProcess:
             self.process.stdin.close()
         self.process.kill()
         self.process.wait()
+        self.process.stdout.close()
         self.log.close()
 
 

@@ -8,6 +8,7 @@ import torch
 
 from turbine.eager import fallback, masked
 from turbine.eager.meta import meta_call
+from turbine.eager.ops import bounds
 from turbine.eager.registry import Continue, declare
 from turbine.eager.schema import schema_of
 from turbine.eager.tensor import DeviceTensor
@@ -18,12 +19,17 @@ aten = torch.ops.aten
 
 
 def _index(func: Any, args: tuple, kwargs: dict) -> Any:
-    """Indexing accepts CPU index tensors (as on CUDA): they are uploaded to the indexed device."""
+    """Indexing accepts CPU index tensors (as on CUDA): they are uploaded to the indexed device.
+    The out-of-place forms check each index against its dim (eager/ops/bounds.py); in-place
+    ones run those."""
     device = args[0]._storage.device if isinstance(args[0], DeviceTensor) else None
     indices = args[1]
     if device is not None and any(type(i) is torch.Tensor and i.dim() > 0 for i in indices):
         indices = [to_device(i, device) if type(i) is torch.Tensor and i.dim() > 0 else i for i in indices]
         args = (args[0], indices) + tuple(args[2:])
+    if device is not None and func in _CHECKED:
+        args = (args[0], bounds.check_indexing(args[0], indices)) + tuple(args[2:])
+        indices = args[1]
     if func is not aten.index.Tensor and any(masked.is_mask(i) for i in indices):
         result = masked.as_select(func, args, kwargs)
         if result is not None:
@@ -31,6 +37,10 @@ def _index(func: Any, args: tuple, kwargs: dict) -> Any:
         reason = UnsupportedOpError(f"{func} with a boolean mask crashes IREE 3.13's kernel")
         return fallback.run(func, args, kwargs, reason)
     return Continue(args, kwargs)
+
+
+#: The indexing ops that check their indices (their in-place forms run them).
+_CHECKED = (aten.index.Tensor, aten.index_put.default, aten._index_put_impl.default)
 
 
 def _cat(func: Any, args: tuple, kwargs: dict) -> Any:

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from turbine.eager import factories
 from turbine.eager.meta import meta_call
 from turbine.eager.registry import declare
 from turbine.eager.schema import functional_variant, schema_of
@@ -62,6 +63,18 @@ def _lazy_view_as_copy(func: Any, args: tuple, kwargs: dict) -> Any:
     return physical(*args, **kwargs)
 
 
+def _arange_out(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``torch.arange(start, end, step, out=t)`` (torch's ``one_hot`` calls it): the factory's
+    values, written into ``t``, resized first as ``out=`` arguments are."""
+    out = kwargs["out"]
+    values = factories.create(torch.arange, args, {"dtype": out.dtype}, out._storage.device)
+    if values.shape != out.shape:
+        out.resize_(values.shape)
+    out.copy_(values)
+    return out
+
+
+declare([aten.arange.start_out, aten.arange.out], "the factory's values written into the out= tensor", handler=_arange_out)
 declare(aten.resize_.default, "the tensor takes a contiguous geometry over its storage, grown when too small", handler=_resize)
 declare(
     ["squeeze_.default", "squeeze_.dim", "squeeze_.dims", "unsqueeze_.default", "t_.default", "transpose_.default",

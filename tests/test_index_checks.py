@@ -1,0 +1,136 @@
+"""Indices are checked as torch checks them (issue 20, item 1; eager/index_checks.py,
+eager/ops/bounds.py): an index out of range raises torch's error, at the next read from the
+device (or at the op with ``TURBINE_CHECK_INDICES=eager``), and no kernel reads or writes outside
+its tensors. A property-based test draws shapes and indices, in range and out, and compares each
+op with torch on the CPU."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import warnings
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import turbine
+from checks import D
+from turbine.config import override
+
+F = torch.nn.functional
+
+
+def _set(tensor: torch.Tensor, index: torch.Tensor, value: float) -> torch.Tensor:
+    tensor[index] = value
+    return tensor
+
+
+def _ones(like: torch.Tensor, count: int) -> torch.Tensor:
+    return torch.ones(count, device=like.device)
+
+
+#: name -> fn(x: 1-D float tensor, m: 2-D float tensor, i: 1-D int64 index) -> tensor.
+OPS = {
+    "index": lambda x, m, i: x[i],
+    "index 2-d": lambda x, m, i: m[:, i],
+    "index_put": lambda x, m, i: x.clone().index_put_((i,), _ones(x, i.numel())),
+    "index_put accumulate": lambda x, m, i: x.clone().index_put_((i,), _ones(x, i.numel()), accumulate=True),
+    "setitem": lambda x, m, i: _set(x.clone(), i, 2.0),
+    "gather": lambda x, m, i: torch.gather(x, 0, i),
+    "scatter": lambda x, m, i: x.clone().scatter_(0, i, _ones(x, i.numel())),
+    "scatter_add": lambda x, m, i: x.clone().scatter_add_(0, i, _ones(x, i.numel())),
+    "scatter_reduce": lambda x, m, i: x.clone().scatter_reduce(0, i, _ones(x, i.numel()), "amax"),
+    "index_select": lambda x, m, i: torch.index_select(m, 1, i),
+    "index_add": lambda x, m, i: x.clone().index_add_(0, i, _ones(x, i.numel())),
+    "index_copy": lambda x, m, i: x.clone().index_copy_(0, i, _ones(x, i.numel())),
+    "index_fill": lambda x, m, i: x.clone().index_fill_(0, i, 3.0),
+    "take": lambda x, m, i: torch.take(m, i),
+    "put": lambda x, m, i: m.clone().put_(i, _ones(x, i.numel())),
+    "embedding": lambda x, m, i: F.embedding(i, m.T.contiguous()),
+    "one_hot": lambda x, m, i: F.one_hot(i, x.numel()),
+    "nll_loss": lambda x, m, i: F.nll_loss(torch.log_softmax(m[:1].expand(i.numel(), -1), 1), i),
+}
+
+
+def _outcome(fn, *tensors: torch.Tensor) -> tuple[str, object]:
+    """("value", result on the CPU) or (error type, its message with numbers as N)."""
+    try:
+        result = fn(*tensors)
+        return "value", result.cpu() if isinstance(result, torch.Tensor) else result
+    except (IndexError, RuntimeError) as error:
+        return type(error).__name__, re.sub(r"-?\d+", "N", str(error).splitlines()[0])
+
+
+@settings(max_examples=int(os.environ.get("TURBINE_INDEX_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(sorted(OPS)),
+    size=st.integers(2, 6),
+    entries=st.lists(st.integers(-9, 9) | st.sampled_from([10**11, -(10**11)]), min_size=1, max_size=5),
+)
+def test_an_index_op_matches_torch_in_range_and_out(name, size, entries):
+    x = torch.arange(float(size))
+    m = torch.arange(float(3 * size)).reshape(3, size)
+    i = torch.tensor(entries)
+    expected = _outcome(OPS[name], x, m, i)
+    with contextlib.suppress(IndexError, RuntimeError):
+        turbine.synchronize(D)  # no report left from an earlier (failing) example
+    turbine.reset_stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = _outcome(OPS[name], x.to(D), m.to(D), i.to(D))
+    if expected[0] == "value":
+        assert ours[0] == "value", f"{name}{entries} on size {size}: torch gave a value, turbine {ours}"
+        torch.testing.assert_close(ours[1], expected[1])
+    elif name == "index_select":  # torch's CPU kernel words it by layout ("INDICES element is out of DATA bounds")
+        assert ours == ("IndexError", "index out of range in self"), ours
+    else:
+        assert ours == expected, f"{name}{entries} on size {size}"
+    assert not turbine.stats()["fallbacks"], turbine.stats()["fallbacks"]  # IREE's kernels ran it, checked
+
+
+def test_the_error_comes_at_the_next_read_and_the_device_runs_on():
+    x = torch.arange(5.0, device=D)
+    bad = x[torch.tensor([7], device=D)]  # returns at once, as on CUDA
+    unrelated = x * 2
+    with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 5"):
+        unrelated.cpu()
+    torch.testing.assert_close(unrelated.cpu(), torch.arange(5.0) * 2)  # reported once
+    assert bad.shape == (1,)
+    torch.gather(x, 0, torch.tensor([9], device=D))
+    with pytest.raises(RuntimeError, match="index 9 is out of bounds"):
+        turbine.synchronize(D)
+    torch.testing.assert_close(x[torch.tensor([-1, 2], device=D)].cpu(), torch.tensor([4.0, 2.0]))
+
+
+def test_eager_checks_raise_at_the_op():
+    x = torch.arange(5.0, device=D)
+    with override(check_indices="eager"):
+        with pytest.raises(IndexError, match="index -6 is out of bounds"):
+            x[torch.tensor([1, -6], device=D)]
+        with pytest.raises(IndexError, match="index out of range in self"):
+            F.embedding(torch.tensor([[0, 5]], device=D), torch.ones(5, 2, device=D))
+    with override(check_indices="sometimes"), pytest.raises(ValueError, match="TURBINE_CHECK_INDICES"):
+        x[torch.tensor([1], device=D)]
+
+
+def test_huge_indices_neither_read_nor_write_outside(stats):
+    """An index of 10**11 crashed the process before the checks (a write far outside the buffer)."""
+    x = torch.zeros(4, device=D)
+    x.index_put_((torch.tensor([10**11], device=D),), torch.ones(1, device=D))
+    x.scatter_(0, torch.tensor([-(10**11)], device=D), torch.ones(1, device=D))
+    with pytest.raises(IndexError, match="index 100000000000 is out of bounds"):
+        x.cpu()  # the first error among the reports read (as CUDA reports one device-side assert)
+    torch.testing.assert_close(x.cpu(), torch.tensor([1.0, 0.0, 0.0, 0.0]))  # the bad entries wrote entry 0
+    assert stats()["check_reports"] >= 2
+
+
+def test_reports_wait_in_a_bounded_list():
+    x = torch.arange(5.0, device=D)
+    for step in range(200):
+        x = x + x[torch.tensor([step % 5], device=D)] * 0
+    assert len(x._storage.device._expected) <= 64
+    torch.testing.assert_close(x.cpu(), torch.arange(5.0))

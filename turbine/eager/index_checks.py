@@ -1,0 +1,90 @@
+"""Index checks: each index an op takes is checked against the size it indexes, on the device.
+
+IREE's kernels neither check nor clamp an index (torch-mlir's asserts are dropped inside
+dispatches): an index out of range read or wrote outside its tensor, and a large one crashed the
+process. So each index tensor of an op that takes indices (eager/ops/bounds.py lists them, with
+torch's rules and errors) first goes through one small kernel, which gives
+
+- the index with every entry outside its range replaced by 0, so that the op's own kernel reads
+  and writes only inside its tensors; and
+- a report of two numbers: how many entries were out of range, and the first of them.
+
+The device keeps the report, and the next read from it (``.cpu()``, ``.item()``, printing,
+``turbine.synchronize()``) reads it and raises torch's error for the op, as CUDA reports
+device-side asserts; the op's results are then not to be trusted. ``TURBINE_CHECK_INDICES=eager``
+reads each report at its op instead, which raises where torch's CPU kernels do but waits for
+the device at every indexing op.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+
+from turbine.config import config
+from turbine.eager.dtypes import ELEMENT_TYPES
+from turbine.eager.lowering import lower
+from turbine.eager.scalars import int_vector
+from turbine.eager.tensor import DeviceTensor, wrap
+from turbine.eager.views import dense
+from turbine.device import ready_fence, view_of
+from turbine.kernels_cache import kernel_cache
+from turbine.kernels_cache.tracing import Dynamic
+
+#: How a check names an out-of-range entry: the entry's value -> torch's error for the op.
+Error = Callable[[int], BaseException]
+
+#: The values ``TURBINE_CHECK_INDICES`` takes.
+MODES = ("lazy", "eager")
+
+#: No entry equals this (an ``ignore`` value for checks that have none).
+_NEVER = -(2**63)
+
+
+def checked(index: DeviceTensor, low: int, high: int, error: Error, ignore: int = _NEVER) -> DeviceTensor:
+    """``index`` with entries outside ``[low, high)`` (other than ``ignore``) replaced by 0; the
+    device reports the first such entry through ``error`` at its next read."""
+    if config.check_indices not in MODES:
+        raise ValueError(f"TURBINE_CHECK_INDICES (turbine.config.check_indices) is {config.check_indices!r}; choose one of {', '.join(MODES)}")
+    count = index.numel()
+    if count == 0 or index.dtype not in (torch.int64, torch.int32):
+        return index
+    source = dense(index)
+    device = source._storage.device
+    kernel = _kernel(source.dtype, count, device)
+    inputs = [view_of(source._storage.buffer, [count], ELEMENT_TYPES[source.dtype]), int_vector(device, (low, high, ignore))]
+    (safe, _), (report, _) = kernel.launch(inputs, ready_fence([source._storage.buffer]))
+    device.expect(report, lambda raw: _error(raw, error))
+    if config.check_indices == "eager":
+        device.raise_expected()
+    return wrap(safe, index.dtype, tuple(index.shape))
+
+
+def _error(raw: np.ndarray, error: Error) -> BaseException | None:
+    bad, first = raw.view(np.int64)[:2]
+    return error(int(first)) if bad else None
+
+
+def _kernel(dtype: torch.dtype, count: int, device) -> object:
+    """The check's kernel for ``dtype`` indices: one for every count of 2 or more, one for 1."""
+    length = Dynamic("n", 16) if count >= 2 else 1
+
+    def check(index: torch.Tensor, bounds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        wide = index.to(torch.int64)
+        ignored = wide == bounds[2]
+        bad = ~(((wide >= bounds[0]) & (wide < bounds[1])) | ignored)
+        safe = torch.where(bad, torch.zeros_like(index), index)
+        positions = torch.arange(index.shape[0], dtype=torch.int64)
+        first = torch.where(bad, positions, index.shape[0]).amin()
+        value = torch.where(positions == first, wide, 0).sum()  # the first bad entry (no gather: 0-d indices do not trace)
+        return safe, torch.stack([bad.sum(), value])
+
+    return kernel_cache.kernel(
+        ("turbine.index_check", 2, str(dtype), "any" if count >= 2 else 1),
+        device,
+        lambda: lower(check, [((length,), dtype), ((3,), torch.int64)]),
+        f"index check of {dtype} indices",
+        {"dynamic": True} if count >= 2 else None,
+    )

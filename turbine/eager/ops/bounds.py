@@ -1,0 +1,145 @@
+"""Which ops take indices, what range each index must lie in, and torch's error when one does not.
+
+Each op here checks its index tensors on the device before it runs (eager/index_checks.py): an
+entry out of range is replaced by 0 for the op's kernel, and torch's error for the op is raised at
+the next read from the device (or at the op, with ``TURBINE_CHECK_INDICES=eager``). In-place and
+``out=`` forms run their out-of-place twin, which checks. Indexing (``x[i]``, ``index_put``)
+checks in its own handler (eager/ops/indexing.py), through :func:`check_indexing`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from turbine.eager.index_checks import checked
+from turbine.eager.registry import Continue, declare
+from turbine.eager.tensor import DeviceTensor
+
+aten = torch.ops.aten
+
+
+def _out_of_bounds(kind: type, prefix: str = "") -> Callable[[int, int], Callable[[int], BaseException]]:
+    """torch's words for an index out of a dim: (dim, size) -> (entry -> error)."""
+    return lambda dim, size: lambda value: kind(f"{prefix}index {value} is out of bounds for dimension {dim} with size {size}")
+
+
+def _out_of_range_in_self(dim: int, size: int) -> Callable[[int], BaseException]:
+    return lambda value: IndexError("index out of range in self")
+
+
+def _flat(dim: int, size: int) -> Callable[[int], BaseException]:
+    return lambda value: IndexError(f"out of range: tried to access index {value} on a tensor of {size} elements.")
+
+
+#: Ops whose index is the argument at ``position`` and indexes ``dim`` (at ``dim_position``) of
+#: the first argument: op -> (position, dim_position, negatives allowed, error maker).
+_ALONG_A_DIM = {
+    aten.gather.default: (2, 1, False, _out_of_bounds(RuntimeError)),
+    aten.scatter.src: (2, 1, False, _out_of_bounds(RuntimeError)),
+    aten.scatter.value: (2, 1, False, _out_of_bounds(RuntimeError)),
+    aten.scatter.reduce: (2, 1, False, _out_of_bounds(RuntimeError)),
+    aten.scatter.value_reduce: (2, 1, False, _out_of_bounds(RuntimeError)),
+    aten.scatter_add.default: (2, 1, False, _out_of_bounds(RuntimeError)),
+    aten.scatter_reduce.two: (2, 1, False, _out_of_bounds(RuntimeError)),
+    aten.index_select.default: (2, 1, False, _out_of_range_in_self),
+    aten.index_add.default: (2, 1, False, _out_of_range_in_self),
+    aten.index_reduce.default: (2, 1, False, _out_of_range_in_self),
+    aten.index_copy.default: (2, 1, False, _out_of_bounds(IndexError, "index_copy_(): ")),
+    aten.index_fill.int_Scalar: (2, 1, True, _out_of_bounds(IndexError)),
+    aten.index_fill.int_Tensor: (2, 1, True, _out_of_bounds(IndexError)),
+}
+
+
+def _argument(args: tuple, kwargs: dict, func: Any, position: int) -> Any:
+    name = func._schema.arguments[position].name
+    return args[position] if position < len(args) else kwargs.get(name)
+
+
+def _replaced(args: tuple, kwargs: dict, func: Any, position: int, value: Any) -> tuple[tuple, dict]:
+    if position < len(args):
+        return args[:position] + (value,) + args[position + 1 :], kwargs
+    return args, {**kwargs, func._schema.arguments[position].name: value}
+
+
+def _along_a_dim(func: Any, args: tuple, kwargs: dict) -> Continue:
+    position, dim_position, negatives, error = _ALONG_A_DIM[func]
+    source, index = args[0], _argument(args, kwargs, func, position)
+    if not isinstance(index, DeviceTensor):
+        return Continue(args, kwargs)
+    dim = _argument(args, kwargs, func, dim_position)
+    dim = dim % max(source.dim(), 1)
+    size = source.shape[dim] if source.dim() else 1
+    safe = checked(index, -size if negatives else 0, size, error(dim, size))
+    return Continue(*_replaced(args, kwargs, func, position, safe))
+
+
+def _flat_index(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """``take`` and ``put``: indices into the tensor as if it were flat."""
+    source, index = args[0], _argument(args, kwargs, func, 1)
+    if not isinstance(index, DeviceTensor):
+        return Continue(args, kwargs)
+    size = source.numel()
+    return Continue(*_replaced(args, kwargs, func, 1, checked(index, -size, size, _flat(0, size))))
+
+
+def _embedding(func: Any, args: tuple, kwargs: dict) -> Continue:
+    weight, indices = args[0], _argument(args, kwargs, func, 1)
+    if not isinstance(indices, DeviceTensor):
+        return Continue(args, kwargs)
+    size = weight.shape[0]
+    return Continue(*_replaced(args, kwargs, func, 1, checked(indices, 0, size, _out_of_range_in_self(0, size))))
+
+
+def _nll_loss(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """Class targets lie in ``[0, classes)``, except those equal to ``ignore_index``."""
+    position = 2 if "backward" in func._schema.name else 1
+    scores, target = args[position - 1], _argument(args, kwargs, func, position)
+    if not isinstance(target, DeviceTensor):
+        return Continue(args, kwargs)
+    classes = scores.shape[-1] if scores.dim() == 1 else scores.shape[1]
+    ignore = _argument(args, kwargs, func, len(func._schema.arguments) - (2 if "backward" in func._schema.name else 1))
+    safe = checked(target, 0, classes, lambda value: IndexError(f"Target {value} is out of bounds."), ignore=int(ignore))
+    return Continue(*_replaced(args, kwargs, func, position, safe))
+
+
+def check_indexing(source: DeviceTensor, indices: list) -> list:
+    """``x[i, j]``'s index tensors, each checked against the dim it indexes (a boolean mask takes
+    as many dims as it has, and is not checked: it cannot point outside)."""
+    dim = 0
+    result = []
+    for index in indices:
+        if isinstance(index, DeviceTensor) and index.dtype in (torch.int64, torch.int32):
+            size = source.shape[dim]
+            index = checked(index, -size, size, _out_of_bounds(IndexError)(dim, size))
+        dim += index.dim() if isinstance(index, torch.Tensor) and index.dtype in (torch.bool, torch.uint8) else 1
+        result.append(index)
+    return result
+
+
+def one_hot(tensor: DeviceTensor, num_classes: int = -1) -> torch.Tensor:
+    """``F.one_hot`` with its classes checked: torch's composite form for a Python backend
+    compares with an ``arange`` and checks nothing (it leaves that to a device-side assert)."""
+    if num_classes == -1 and tensor.numel():
+        num_classes = int(tensor.max().item()) + 1  # as torch does: a read
+    if tensor.numel():
+        tensor = checked(
+            tensor,
+            0,
+            num_classes,
+            lambda value: RuntimeError(
+                "Class values must be non-negative." if value < 0 else "Class values must be smaller than num_classes."
+            ),
+        )
+    return torch.nn.functional.one_hot(tensor, num_classes)
+
+
+declare(list(_ALONG_A_DIM), "its index is checked against the size of the dim it indexes (eager/index_checks.py)", handler=_along_a_dim)
+declare([aten.take.default, aten.put.default], "its indices are checked against the tensor's element count", handler=_flat_index)
+declare(aten.embedding.default, "its indices are checked against the number of embeddings", handler=_embedding)
+declare(
+    [aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default, aten.nll_loss2d_backward.default],
+    "its class targets are checked against the number of classes (ignore_index aside)",
+    handler=_nll_loss,
+)
