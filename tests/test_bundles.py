@@ -5,8 +5,10 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
+import filelock
 import pytest
 import torch
 
@@ -232,3 +234,42 @@ def test_an_exiting_process_starts_a_builder_only_when_it_should(fresh_cache, mo
     with override(bundle_min_kernels=len(used)):
         cache.bundle_at_exit()
     assert started == [used]  # in order of first use
+
+
+def test_one_builder_per_cache_directory_takes_the_queued_jobs(tmp_path, monkeypatch, capsys):
+    """A process that exits while a builder is at work queues its job instead of starting another
+    builder (three were seen compiling at once on a 2-core machine); ``cache info`` shows them."""
+    from turbine.__main__ import main
+    from turbine.kernels_cache.store import DiskStore
+
+    store = DiskStore(tmp_path, 2**30)
+    started = []
+    monkeypatch.setattr(bundles.subprocess, "Popen", lambda *args, **kwargs: started.append(args))
+    held = filelock.FileLock(str(tmp_path / ".bundle.lock"))
+    with held:  # a builder at work
+        bundles.start_builder(store, ["a", "b"])
+        bundles.start_builder(store, ["c", "d", "e"])
+        assert not started
+        assert [job["kernels"] for job in bundles.building(tmp_path)] == [2, 3]
+        assert main(["cache", "info", "--dir", str(tmp_path)]) == 0
+        assert "building   0 bundles now, 2 queued: 2 kernels" in capsys.readouterr().out
+        bundles._run_builder(tmp_path)  # a second builder leaves at once: the lock is taken
+        assert len(bundles.building(tmp_path)) == 2
+    bundles._run_builder(tmp_path)  # the builder takes every queued job, oldest first
+    assert bundles.building(tmp_path) == []
+    bundles.start_builder(store, ["f", "g"])
+    assert len(started) == 1  # no builder at work: one starts
+
+
+def test_a_builder_holds_back_while_a_process_compiles_in_the_foreground(tmp_path, monkeypatch):
+    from turbine.kernels_cache.store import DiskStore
+
+    store = DiskStore(tmp_path, 2**30)
+    monkeypatch.setattr(bundles, "_FOREGROUND_SECONDS", 0.5)
+    bundles.compiling_in_foreground(store)
+    waiting = threading.Thread(target=bundles._wait_for_foreground, args=(store,))
+    waiting.start()
+    waiting.join(0.1)
+    assert waiting.is_alive()  # the note is fresh: the builder waits
+    waiting.join(30)
+    assert not waiting.is_alive()  # the note went stale: it goes on

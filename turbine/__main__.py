@@ -17,6 +17,7 @@ import torch
 import turbine
 from turbine.config import config
 from turbine.eager.explain import explain, resolve
+from turbine.kernels_cache.bundles import building as bundle_jobs
 from turbine.kernels_cache import DiskStore, compiler_version
 
 
@@ -84,6 +85,12 @@ def cache(args: argparse.Namespace) -> int:
         print(f"{'bytes':10} {size} (limit {store.max_bytes}; kernels, their sources and bundles)")
         plans = store.plan_files()
         print(f"{'plans':10} {len(plans)} files, {sum(size for _, size in plans)} bytes (plans kept per device)")
+        jobs = bundle_jobs(store.root)
+        active = [job for job in jobs if job["active"]]
+        described = "; ".join(
+            f"{job['kernels']} kernels, queued {job['age']:.0f}s ago" + (" (building now)" if job["active"] else "") for job in jobs
+        )
+        print(f"{'building':10} {len(active)} bundle{'s' if len(active) != 1 else ''} now, {len(jobs) - len(active)} queued" + (f": {described}" if jobs else ""))
     elif args.action == "list":
         entries = sorted(store.entries(), key=lambda e: -e["last_used"])
         if args.op:

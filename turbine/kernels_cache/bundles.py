@@ -7,8 +7,9 @@ pays milliseconds before it runs as fast as one that has run them already. A bun
 module, one function each: one read and one instantiation for all of them.
 
 When: a process that used at least ``config.bundle_min_kernels`` kernels that are in no bundle
-starts a builder as it exits: a detached, low-priority process (as ``git gc --auto`` does) that
-compiles their MLIR together (42 kernels: 4-8 s on 2 cores, against 12-13 s one by one),
+queues a job as it exits and starts a builder, unless one is at work on the cache directory
+already (it takes the job next): a detached, low-priority process (as ``git gc --auto`` does)
+that waits while other processes compile kernels in the foreground, then compiles their MLIR together (42 kernels: 4-8 s on 2 cores, against 12-13 s one by one),
 writes the bundle atomically, then names the bundle in each member's entry. A later process
 that reads a member's entry loads the bundle and takes the other members from it without
 reading the disk again. Members keep their own entries, so an evicted or damaged bundle costs only the time it
@@ -48,6 +49,9 @@ BACKENDS = ("llvm-cpu",)
 
 #: A builder's job file older than this belongs to a builder that was killed.
 _STALE_SECONDS = 3600
+
+#: A foreground compile's note holds a builder back for this long after it was last touched.
+_FOREGROUND_SECONDS = 2.0
 
 
 def bundleable(text: str, backend: str) -> bool:
@@ -119,14 +123,18 @@ def _members(store: DiskStore, digests: list[str]) -> tuple[dict[str, dict], dic
 
 
 def start_builder(store: DiskStore, digests: list[str]) -> None:
-    """Build a bundle of these entries in a detached, low-priority process (module docstring)."""
+    """Queue a bundle of these entries, and start a detached, low-priority builder process unless
+    one is already at work on this cache directory: that one takes the queued job next, so at most
+    one builder runs per cache directory (module docstring)."""
     jobs = store.root / "building"
     try:
         jobs.mkdir(exist_ok=True)
-        job = jobs / f"{uuid.uuid4().hex}.json"
+        job = jobs / f"{time.time():.6f}-{uuid.uuid4().hex[:8]}.json"
         job.write_text(json.dumps(digests[: MAX_MEMBERS * 2]))
+        if _builder_at_work(store):
+            return
         subprocess.Popen(
-            [sys.executable, "-m", "turbine.kernels_cache.bundles", str(job)],
+            [sys.executable, "-m", "turbine.kernels_cache.bundles", str(store.root)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -135,6 +143,27 @@ def start_builder(store: DiskStore, digests: list[str]) -> None:
         )
     except OSError:
         pass  # a bundle only saves time; the process exits as it would have without one
+
+
+def compiling_in_foreground(store: DiskStore) -> None:
+    """Note that this process is compiling kernels a program waits for: a builder holds its own
+    compile back while such a note is fresh (``_FOREGROUND_SECONDS``)."""
+    with contextlib.suppress(OSError):
+        notes = store.root / "foreground"
+        notes.mkdir(exist_ok=True)
+        (notes / str(os.getpid())).touch()
+
+
+def building(cache_dir: str | os.PathLike) -> list[dict]:
+    """The bundle jobs of a cache directory, oldest first: each with its kernel count, its age in
+    seconds and whether a builder is at work on it (``python -m turbine cache info``)."""
+    jobs = Path(cache_dir) / "building"
+    found = []
+    for job in sorted(jobs.glob("*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            found.append({"kernels": len(json.loads(job.read_text())), "age": time.time() - job.stat().st_mtime,
+                          "active": job.with_suffix(".active").exists()})
+    return found
 
 
 def wait_for_builders(cache_dir: str | os.PathLike, timeout: float = 600.0) -> bool:
@@ -159,22 +188,66 @@ def _running(jobs: Path) -> bool:
     return False
 
 
-def _run_job(job: Path) -> None:
-    """The builder process: build the job's bundle, one builder per cache at a time."""
+def _builder_at_work(store: DiskStore) -> bool:
+    """Whether a builder holds this cache directory's bundle lock now."""
+    lock = filelock.FileLock(str(store.root / ".bundle.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        return True
+    lock.release()
+    return False
+
+
+def _wait_for_foreground(store: DiskStore) -> None:
+    """Hold back while a process compiles kernels its program waits for (at most ten minutes)."""
+    notes = store.root / "foreground"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        now = time.time()
+        fresh = [n for n in notes.glob("*") if now - n.stat().st_mtime < _FOREGROUND_SECONDS] if notes.exists() else []
+        if not fresh:
+            return
+        time.sleep(0.5)
+
+
+def _run_builder(root: Path) -> None:
+    """The builder process: the queued jobs, oldest first, until none is left; one builder per
+    cache directory (the lock), at low priority, each compile held back while a foreground
+    process compiles."""
     with contextlib.suppress(OSError):
         os.nice(10)
+    store = DiskStore(root, config.cache_max_bytes)
+    lock = filelock.FileLock(str(root / ".bundle.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        return  # another builder is at work and will take the queued jobs
+    try:
+        while True:
+            jobs = sorted((root / "building").glob("*.json"))
+            if not jobs:
+                return
+            _run_job(store, jobs[0])
+    finally:
+        lock.release()
+
+
+def _run_job(store: DiskStore, job: Path) -> None:
+    active = job.with_suffix(".active")
     try:
         digests = json.loads(job.read_text())
-        store = DiskStore(job.parent.parent, config.cache_max_bytes)
-        with filelock.FileLock(str(store.root / ".bundle.lock")):
-            build(store, digests)
+        active.touch()
+        _wait_for_foreground(store)
+        build(store, digests)
     except Exception:  # detached, with no terminal: whatever went wrong goes to a file
         with contextlib.suppress(OSError):
             (job.parent / "error.log").write_text(traceback.format_exc())
     finally:
-        with contextlib.suppress(OSError):
-            job.unlink()
+        for done in (job, active):
+            with contextlib.suppress(OSError):
+                done.unlink()
 
 
 if __name__ == "__main__":
-    _run_job(Path(sys.argv[1]))
+    _run_builder(Path(sys.argv[1]))

@@ -364,6 +364,8 @@ class KernelCache:
         digest = digest_of(key)
         start = time.perf_counter()
         progress.compiling(describe)
+        if isinstance(self.store, DiskStore):
+            bundles.compiling_in_foreground(self.store)
         try:
             vmfb, text = _compile_first(lower if isinstance(lower, Sequence) else [lower], target)
         except CompileError as error:
