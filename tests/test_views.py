@@ -198,3 +198,17 @@ def test_a_view_outside_its_storage_is_torch_s_error():
     with pytest.raises(RuntimeError) as actual:
         x.to(D).as_strided((2, 2), (1, 2), 10)
     assert str(actual.value) == str(expected.value)
+
+
+def test_writing_an_expanded_view_raises_as_torch_does():
+    """Found by tests/test_fuzz.py: two elements of an expanded view share memory, so torch
+    refuses to write one; turbine wrote it."""
+    base = torch.ones(3)
+    ours = base.to(D)
+    for write in (lambda t: t.mul_(2), lambda t: t.copy_(torch.zeros(2, 3, device=t.device)),
+                  lambda t: torch.add(t, 1, out=t)):
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor") as theirs:
+            write(base.unsqueeze(0).expand(2, 3))
+        with pytest.raises(RuntimeError, match=str(theirs.value)[:60]):
+            write(ours.unsqueeze(0).expand(2, 3))
+    torch.testing.assert_close(ours.cpu(), base)

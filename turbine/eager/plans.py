@@ -138,13 +138,15 @@ class MutationPlan:
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         out_names = self.out_names
-        call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names}
-        result = self.run(self.functional, args, call_kwargs)
-        values = result if isinstance(result, (tuple, list)) else (result,)
         if out_names:
             targets = [kwargs[name] for name in out_names]
         else:
             targets = [args[i] if i < len(args) else kwargs[self.names[i]] for i in self.written]
+        for target in targets:
+            _check_no_internal_overlap(target)
+        call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names}
+        result = self.run(self.functional, args, call_kwargs)
+        values = result if isinstance(result, (tuple, list)) else (result,)
         if self.appended:
             values, returned = values[self.returns :], tuple(values[: self.returns])
         for target, value in zip(targets, values):
@@ -157,6 +159,16 @@ class MutationPlan:
 
     def record(self) -> tuple:
         return ("mutation",)
+
+
+def _check_no_internal_overlap(target: Any) -> None:
+    """torch's check on a tensor an op writes: no two of its elements may share memory (an
+    expanded view's), or the result would depend on the order of the writes."""
+    if isinstance(target, DeviceTensor) and any(size > 1 and stride == 0 for size, stride in zip(target.shape, target.stride())):
+        raise RuntimeError(
+            "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+            "location. Please clone() the tensor before performing the operation."
+        )
 
 
 def write_result(func: Any, target: DeviceTensor, value: DeviceTensor) -> None:
