@@ -151,7 +151,8 @@ def test_a_kernel_that_faults_says_the_gpu_is_lost():
         from turbine.errors import DeviceLostError
         x = torch.arange(10., device={GPU!r})
         try:
-            torch.gather(x, 0, torch.tensor([1 << 30], device={GPU!r})).cpu()
+            # an unchecked read far outside the tensor (gather's index is checked, _unsafe_index's not)
+            torch.ops.aten._unsafe_index.Tensor(x, [torch.tensor([1 << 30], device={GPU!r})]).cpu()
             raise AssertionError("the fault went unnoticed")
         except DeviceLostError as error:
             assert "is lost: a kernel faulted" in str(error), error
@@ -212,7 +213,7 @@ def test_timing_chooses_between_cublas_and_iree_for_a_real_matmul(stats):
     a, b = torch.randn(512, 512, dtype=torch.bfloat16), torch.randn(512, 512, dtype=torch.bfloat16)
     with override(executors="auto", background_compile=False):
         result = (a.to(GPU) @ b.to(GPU)).cpu()
-        (plan,) = [p for p in plans().values() if isinstance(p, TimedPlan) and "512" in str(p.kernel_plan.signature)]
+        (plan,) = [p for p in plans().values() if isinstance(p, TimedPlan) and p.func is torch.ops.aten.mm.default]
     torch.testing.assert_close(result.float(), (a.float() @ b.float()), atol=0.5, rtol=2e-2)
     assert plan.chosen in ("iree", "vendor") and set(plan.times) == {"iree", "vendor"}
 

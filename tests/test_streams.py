@@ -35,6 +35,15 @@ def _gates_open_at_the_end():
             gate.signal()
 
 
+#: The tests that hold a launch behind a gate. IREE 3.13's CUDA driver waits for a launch's
+#: inputs on the host (its queue is synchronous, FACTS.md), so a gated launch would block the
+#: thread that issues it: there every launch runs in issue order, whatever its stream, and
+#: these tests, which show waiting and not waiting, cannot hold.
+gates_need_a_queued_device = pytest.mark.skipif(
+    D.startswith("turbine:cuda"), reason="IREE's CUDA driver waits for a launch's inputs on the host: a gate would block the test"
+)
+
+
 def gated(values: torch.Tensor):
     """A device tensor whose values are ready only when the returned gate is opened."""
     source = values.to(D)
@@ -58,6 +67,7 @@ def warm(*tensors: torch.Tensor) -> None:
         (t.to(D) * 2 + 1).cpu()
 
 
+@gates_need_a_queued_device
 def test_an_event_orders_another_streams_work_after_it():
     a, b = torch.randn(4, 4), torch.randn(4, 4)
     warm(a, b)
@@ -77,6 +87,7 @@ def test_an_event_orders_another_streams_work_after_it():
     assert event.query() and second.query()
 
 
+@gates_need_a_queued_device
 def test_without_the_event_the_other_stream_does_not_wait():
     a, b = torch.randn(4, 4), torch.randn(4, 4)
     warm(a, b)
@@ -92,6 +103,7 @@ def test_without_the_event_the_other_stream_does_not_wait():
     torch.testing.assert_close(slow.cpu(), a * 2)
 
 
+@gates_need_a_queued_device
 def test_work_on_one_stream_runs_in_issue_order():
     a, b = torch.randn(4, 4), torch.randn(4, 4)
     warm(a, b)
@@ -108,6 +120,7 @@ def test_work_on_one_stream_runs_in_issue_order():
     torch.testing.assert_close(later.cpu(), b + 1)
 
 
+@gates_need_a_queued_device
 def test_an_event_on_the_default_stream_waits_for_all_launched_work():
     a = torch.randn(4, 4)
     warm(a)
@@ -119,6 +132,23 @@ def test_an_event_on_the_default_stream_waits_for_all_launched_work():
     gate.signal()
     event.synchronize()
     assert event.query() and ready(slow)
+
+
+def test_streams_and_events_give_torchs_results_on_every_device():
+    """Work split over two streams and joined by an event reads what it should (on a GPU too,
+    where IREE runs every launch in issue order)."""
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    first, second = turbine.Stream(), turbine.Stream()
+    with turbine.stream(first):
+        x = a.to(D) @ b.to(D)
+        done = turbine.Event()
+        done.record(first)
+    with turbine.stream(second):
+        second.wait_event(done)
+        y = x * 2 + 1
+    second.synchronize()
+    assert done.query() and second.query()
+    torch.testing.assert_close(y.cpu(), (a @ b) * 2 + 1, rtol=1e-4, atol=1e-4)
 
 
 def test_timing_events_measure_the_work_between_them():
