@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 from turbine.counters import counters
 from turbine.eager import host, runtime
-from turbine.eager.executors import BY_POLICY, Executor
+from turbine.eager.executors import BY_POLICY, HOST, Executor
 from turbine.errors import DeviceError, UnsupportedOpError
 
 POLICIES = tuple(BY_POLICY)
@@ -86,6 +86,9 @@ def run(func: Any, args: tuple, kwargs: dict, reason: Exception) -> Any:
             continue
         _count_and_warn(func, executor, policy, why)
         return result
+    last, refusal = failed[-1]
+    if last is HOST and not isinstance(refusal, NotImplementedError):
+        raise refusal  # torch's CPU kernel refuses these arguments (an index out of range): its error, as torch gives it
     tried = "; nor ".join(f"{executor.description} ({_first_line(error)})" for executor, error in failed)
     raise UnsupportedOpError(
         f"{func} could not run on {device.name if device else 'turbine'}: IREE could not run it ({why}), and "

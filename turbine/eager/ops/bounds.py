@@ -104,6 +104,19 @@ def _nll_loss(func: Any, args: tuple, kwargs: dict) -> Continue:
     return Continue(*_replaced(args, kwargs, func, position, safe))
 
 
+def _max_unpool(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """Pooling indices point into each output plane (``output_size`` elements)."""
+    indices, output_size = args[1], [int(size) for size in _argument(args, kwargs, func, 2)]
+    if not isinstance(indices, DeviceTensor):
+        return Continue(args, kwargs)
+    plane = 1
+    for size in output_size:
+        plane *= size
+    sizes = "x".join(str(size) for size in output_size)
+    error = lambda value: RuntimeError(f"Found an invalid max index: {value} (output volumes are of size {sizes})")  # noqa: E731
+    return Continue(*_replaced(args, kwargs, func, 1, checked(indices, 0, plane, error)))
+
+
 def check_indexing(source: DeviceTensor, indices: list) -> list:
     """``x[i, j]``'s index tensors, each checked against the dim it indexes (a boolean mask takes
     as many dims as it has, and is not checked: it cannot point outside)."""
@@ -123,20 +136,15 @@ def one_hot(tensor: DeviceTensor, num_classes: int = -1) -> torch.Tensor:
     compares with an ``arange`` and checks nothing (it leaves that to a device-side assert)."""
     if num_classes == -1 and tensor.numel():
         num_classes = int(tensor.max().item()) + 1  # as torch does: a read
-    if tensor.numel():
-        tensor = checked(
-            tensor,
-            0,
-            num_classes,
-            lambda value: RuntimeError(
-                "Class values must be non-negative." if value < 0 else "Class values must be smaller than num_classes."
-            ),
-        )
+    if tensor.numel():  # torch looks for a negative class first, then for one too large
+        tensor = checked(tensor, 0, 2**62, lambda value: RuntimeError("Class values must be non-negative."))
+        tensor = checked(tensor, -(2**62), num_classes, lambda value: RuntimeError("Class values must be smaller than num_classes."))
     return torch.nn.functional.one_hot(tensor, num_classes)
 
 
 declare(list(_ALONG_A_DIM), "its index is checked against the size of the dim it indexes (eager/index_checks.py)", handler=_along_a_dim)
 declare([aten.take.default, aten.put.default], "its indices are checked against the tensor's element count", handler=_flat_index)
+declare([aten.max_unpool2d.default, aten.max_unpool3d.default], "its indices are checked against the output plane", handler=_max_unpool)
 declare(aten.embedding.default, "its indices are checked against the number of embeddings", handler=_embedding)
 declare(
     [aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default, aten.nll_loss2d_backward.default],
