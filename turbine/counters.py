@@ -21,6 +21,7 @@ _NAMES = (
     "host_transfer_bytes",
     "scalar_uploads",
     "check_reports",
+    "device_copies",
     "deferred_launches",
     "compile_seconds",
 )

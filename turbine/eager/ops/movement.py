@@ -6,7 +6,10 @@ from typing import Any
 
 import torch
 
-from turbine.device import by_index
+from turbine.counters import counters
+from turbine.device import Device, by_index
+from turbine.eager import executors
+from turbine.eager.executors.torch_kernel import adopt, finish_reads, shared_view, torch_device
 from turbine.eager.registry import Continue, declare
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device
@@ -24,12 +27,29 @@ def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
             # IREE converts floats to uint8 as to int8 (178.7 gave 127): through int32, as torch's CPU does.
             args = (aten._to_copy.default(source, dtype=torch.int32),) + tuple(args[1:])
         return Continue(args, {k: v for k, v in kwargs.items() if k != "device"})
+    if target.type == "turbine" and dtype == source.dtype:
+        moved = _device_to_device(source, by_index(target.index))
+        if moved is not None:
+            return moved
     host_copy = to_host(source).to(dtype)
     if target.type == "cpu":
         return host_copy
     if target.type == "turbine":
         return to_device(host_copy, by_index(target.index))
     raise RuntimeError(f"turbine cannot copy a tensor to {target}; copy it to the CPU first (.cpu())")
+
+
+def _device_to_device(source: DeviceTensor, target: Device) -> DeviceTensor | None:
+    """A copy to another turbine device made by torch, device to device (a CUDA peer copy between
+    two GPUs), where the vendor executor runs on both (eager/executors/vendor.py); else None, and
+    the copy goes through the host. IREE 3.13 has no copy between two of its devices."""
+    here = source._storage.device
+    if not (executors.VENDOR.runs_on(here) and executors.VENDOR.runs_on(target)):
+        return None
+    values = shared_view(source).to(torch_device(target), copy=True)  # after the source's last write
+    finish_reads([source])
+    counters.device_copies += 1
+    return adopt(values, target)
 
 
 def _copy_(func: Any, args: tuple, kwargs: dict) -> Any:
