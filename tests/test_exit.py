@@ -23,6 +23,9 @@ import gc, signal, warnings
 import torch, turbine
 warnings.simplefilter("ignore")
 D = {D!r}
+# Ctrl-C as in a terminal: a process started in the background (CI's, the GPU machine's) inherits
+# SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 """
 
 #: name -> (script, expected status, text its stderr must hold)

@@ -87,13 +87,22 @@ def run(func: Any, args: tuple, kwargs: dict, reason: Exception) -> Any:
         _count_and_warn(func, executor, policy, why)
         return result
     last, refusal = failed[-1]
-    if last is HOST and not isinstance(refusal, NotImplementedError):
-        raise refusal  # torch's CPU kernel refuses these arguments (an index out of range): its error, as torch gives it
+    if last is HOST and _refuses_an_index(refusal):
+        raise refusal  # torch's CPU kernel refuses an index of the call: torch's error, as torch gives it
     tried = "; nor ".join(f"{executor.description} ({_first_line(error)})" for executor, error in failed)
     raise UnsupportedOpError(
         f"{func} could not run on {device.name if device else 'turbine'}: IREE could not run it ({why}), and "
         f"neither could {tried} under the '{policy}' fallback."
     ) from failed[0][1]
+
+
+def _refuses_an_index(error: BaseException) -> bool:
+    """Whether torch's kernel refused the call for an index out of range (embedding_bag's "Index 1
+    of input takes value 9 which is not in the valid range [0, 5)", say): the call's own error."""
+    words = str(error)
+    return isinstance(error, IndexError) or (
+        isinstance(error, RuntimeError) and any(w in words for w in ("out of range", "out of bounds", "valid range"))
+    )
 
 
 def _count_and_warn(func: Any, executor: Executor, policy: str, why: str) -> None:
