@@ -137,3 +137,15 @@ def test_reports_wait_in_a_bounded_list():
         x = x + x[torch.tensor([step % 5], device=D)] * 0
     assert len(x._storage.device._expected) <= 64
     torch.testing.assert_close(x.cpu(), torch.arange(5.0))
+
+
+def test_negative_indices_count_from_the_end_where_the_op_allows_them():
+    """IREE's index_fill wrote a -1 before its tensor instead of at its end (a wrong result, then
+    a crash at the next garbage collection); the check kernel counts negatives from the end."""
+    for size in (3, 5, 4, 6):  # a second size makes the kernels shape-generic too
+        x = torch.arange(float(size))
+        for index in ([-1], [-size, 1], [-2]):
+            i = torch.tensor(index)
+            torch.testing.assert_close(x.to(D).index_fill(0, i.to(D), 3.0).cpu(), x.index_fill(0, i, 3.0))
+            torch.testing.assert_close(torch.take(x.to(D), i.to(D)).cpu(), torch.take(x, i))
+            torch.testing.assert_close(x.to(D)[i.to(D)].cpu(), x[i])

@@ -5,8 +5,9 @@ dispatches): an index out of range read or wrote outside its tensor, and a large
 process. So each index tensor of an op that takes indices (eager/ops/bounds.py lists them, with
 torch's rules and errors) first goes through one small kernel, which gives
 
-- the index with every entry outside its range replaced by 0, so that the op's own kernel reads
-  and writes only inside its tensors; and
+- the index with every entry outside its range replaced by 0 and every negative one (where the
+  op allows them) counted from the end, so that the op's own kernel reads and writes only inside
+  its tensors; and
 - a report of two numbers: how many entries were out of range, and the first of them.
 
 The device keeps the report, and the next read from it (``.cpu()``, ``.item()``, printing,
@@ -44,8 +45,9 @@ _NEVER = -(2**63)
 
 
 def checked(index: DeviceTensor, low: int, high: int, error: Error, ignore: int = _NEVER) -> DeviceTensor:
-    """``index`` with entries outside ``[low, high)`` (other than ``ignore``) replaced by 0; the
-    device reports the first such entry through ``error`` at its next read."""
+    """``index`` with entries outside ``[low, high)`` (other than ``ignore``) replaced by 0, and
+    negative ones counted from the end (where ``low`` < 0); the device reports the first entry out
+    of range through ``error`` at its next read."""
     if config.check_indices not in MODES:
         raise ValueError(f"TURBINE_CHECK_INDICES (turbine.config.check_indices) is {config.check_indices!r}; choose one of {', '.join(MODES)}")
     count = index.numel()
@@ -75,14 +77,17 @@ def _kernel(dtype: torch.dtype, count: int, device) -> object:
         wide = index.to(torch.int64)
         ignored = wide == bounds[2]
         bad = ~(((wide >= bounds[0]) & (wide < bounds[1])) | ignored)
-        safe = torch.where(bad, torch.zeros_like(index), index)
+        # A negative index counts from the end where the op allows it (``low`` < 0): made so here,
+        # since IREE's index_fill wrote a -1 before its tensor instead of at its end.
+        wrapped = torch.where((wide < 0) & (bounds[0] < 0) & ~ignored, wide + bounds[1], wide)
+        safe = torch.where(bad, 0, wrapped).to(index.dtype)
         positions = torch.arange(index.shape[0], dtype=torch.int64)
         first = torch.where(bad, positions, index.shape[0]).amin()
         value = torch.where(positions == first, wide, 0).sum()  # the first bad entry (no gather: 0-d indices do not trace)
         return safe, torch.stack([bad.sum(), value])
 
     return kernel_cache.kernel(
-        ("turbine.index_check", 2, str(dtype), "any" if count >= 2 else 1),
+        ("turbine.index_check", 3, str(dtype), "any" if count >= 2 else 1),
         device,
         lambda: lower(check, [((length,), dtype), ((3,), torch.int64)]),
         f"index check of {dtype} indices",
