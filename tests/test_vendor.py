@@ -257,3 +257,20 @@ def test_cache_list_shows_each_choice(monkeypatch, vendor_on, fresh_cache, capsy
     assert "chosen" in listing and "aten.mm.default(float32[8, 8], float32[8, 8]): iree (timed" in listing
     assert main(["cache", "info", "--dir", str(fresh_cache.root)]) == 0
     assert "1 executor choices" in capsys.readouterr().out
+
+
+def test_timing_runs_bursts_of_calls_and_waits_once_per_burst(monkeypatch):
+    """An executor whose kernels return before they finish is charged its host cost per call, as a
+    chain of ops pays it, not one latency and a wait per call."""
+    calls, waits = [], []
+    result = torch.ones(2).to(D)
+    monkeypatch.setattr(type(result._storage.buffer), "wait", lambda self: waits.append(len(calls)))
+
+    def run():
+        calls.append(1)
+        return [result]
+
+    best, last = timed_plan._best(run)
+    assert len(calls) == (timed_plan.RUNS + 1) * timed_plan.BURST and last == [result]
+    assert waits == [timed_plan.BURST * k for k in range(1, timed_plan.RUNS + 2)]  # once after each burst
+    assert best > 0

@@ -66,7 +66,7 @@ def run(func: Any, args: tuple, kwargs: dict, reason: Exception) -> Any:
     cheapest executor that can, else the next (torch CUDA has no int64 matmul, its CPU has)."""
     state = runtime.state
     policy = _check(state.fallback_policy)
-    why = _first_line(reason)
+    why = first_line(reason)
     device = host.device_of(args, kwargs)
     candidates = ranked(func, device, policy)
     if not candidates:
@@ -89,7 +89,7 @@ def run(func: Any, args: tuple, kwargs: dict, reason: Exception) -> Any:
     last, refusal = failed[-1]
     if last is HOST and _refuses_an_index(refusal):
         raise refusal  # torch's CPU kernel refuses an index of the call: torch's error, as torch gives it
-    tried = "; nor ".join(f"{executor.description} ({_first_line(error)})" for executor, error in failed)
+    tried = "; nor ".join(f"{executor.description} ({first_line(error)})" for executor, error in failed)
     raise UnsupportedOpError(
         f"{func} could not run on {device.name if device else 'turbine'}: IREE could not run it ({why}), and "
         f"neither could {tried} under the '{policy}' fallback."
@@ -118,6 +118,7 @@ def _count_and_warn(func: Any, executor: Executor, policy: str, why: str) -> Non
         )
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """An error's first line, for messages that name why something ran where it did."""
     text = str(error).strip()
     return text.splitlines()[0].rstrip(":") if text else type(error).__name__

@@ -75,7 +75,7 @@ class TimedPlan:
             return self._vendor(leaves, args, kwargs)  # rather than wait for the compile
         plan.await_kernel()
         if plan.failure is not None:
-            self._choose(leaves, "vendor", f"IREE's kernel did not compile: {str(plan.failure).splitlines()[0]}")
+            self._choose(leaves, "vendor", f"IREE's kernel did not compile: {fallback.first_line(plan.failure)}")
             return self._vendor(leaves, args, kwargs)
         return self._time(leaves, args, kwargs)
 
@@ -90,7 +90,7 @@ class TimedPlan:
         try:
             result = executors.VENDOR.run(self.func, args, kwargs, self.device)
         except Exception as error:
-            self._choose(leaves, "iree", f"torch's kernel failed: {_first_line(error)}")
+            self._choose(leaves, "iree", f"torch's kernel failed: {fallback.first_line(error)}")
             return self._iree(leaves, args, kwargs)
         counters.executors[executors.VENDOR.name] += 1
         return result
@@ -103,7 +103,7 @@ class TimedPlan:
         try:
             vendor_us, _ = _best(lambda: executors.VENDOR.run(self.func, args, kwargs, self.device))
         except Exception as error:  # torch has no kernel for it here (a dtype, a layout)
-            self._choose(leaves, "iree", f"torch's kernel failed: {_first_line(error)}")
+            self._choose(leaves, "iree", f"torch's kernel failed: {fallback.first_line(error)}")
             return result
         self.times = {"iree": round(iree_us, 1), "vendor": round(vendor_us, 1)}
         self._choose(leaves, "vendor" if vendor_us < iree_us else "iree", "timed")
@@ -120,10 +120,6 @@ class TimedPlan:
     def record(self) -> tuple | None:
         """The kernel plan's record: a later process wraps it again (the choice is the kernel cache's)."""
         return None if self.kernel_plan is None else self.kernel_plan.record()
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def _describe(func: Any, leaves: Leaves) -> str:

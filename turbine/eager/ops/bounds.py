@@ -29,7 +29,7 @@ def _out_of_range_in_self(dim: int, size: int) -> Callable[[int], BaseException]
     return lambda value: IndexError("index out of range in self")
 
 
-def _flat(dim: int, size: int) -> Callable[[int], BaseException]:
+def _out_of_the_flat_tensor(dim: int, size: int) -> Callable[[int], BaseException]:
     return lambda value: IndexError(f"out of range: tried to access index {value} on a tensor of {size} elements.")
 
 
@@ -81,7 +81,7 @@ def _flat_index(func: Any, args: tuple, kwargs: dict) -> Continue:
     if not isinstance(index, DeviceTensor):
         return Continue(args, kwargs)
     size = source.numel()
-    return Continue(*_replaced(args, kwargs, func, 1, checked(index, -size, size, _flat(0, size))))
+    return Continue(*_replaced(args, kwargs, func, 1, checked(index, -size, size, _out_of_the_flat_tensor(0, size))))
 
 
 def _embedding(func: Any, args: tuple, kwargs: dict) -> Continue:
