@@ -14,7 +14,7 @@ import torch
 import turbine
 from turbine.config import override
 from turbine.eager import dynamic
-from checks import D
+from checks import D, check
 from conftest import forget_memory
 
 
@@ -46,10 +46,81 @@ def test_after_a_second_batch_size_new_sizes_compile_nothing(fresh_cache, stats)
     assert stats()["kernels_compiled"] == compiled, "a new batch size compiled a kernel"
 
 
-def test_sizes_zero_and_one_stay_static_and_correct(fresh_cache, stats):
+def test_size_one_runs_on_the_dynamic_kernel_and_size_zero_on_its_own(fresh_cache, stats):
+    """Once batch is dynamic, batch 1 compiles nothing (its program is the dynamic one's at 1);
+    an empty batch is right too."""
     model, ours = mlp()
-    for batch in (6, 9, 1, 0, 1, 5):
+    for batch in (6, 9):
         run(model, ours, batch)
+    compiled = stats()["kernels_compiled"]
+    for batch in (1, 0, 1, 5):
+        run(model, ours, batch)
+    assert stats()["kernels_compiled"] == compiled, "batch 1 compiled a kernel of its own"
+
+
+W = torch.randn(6, 4)
+
+#: (name, function, input shapes with None at the dim that changes, whether a size-1 call runs
+#: on the dynamic kernel). squeeze_copy's result loses the dim at size 1: another program.
+SIZE_ONE_CASES = [
+    ("relu", lambda x: torch.relu(x), [(None, 4)], True),
+    ("linear", lambda x: torch.nn.functional.linear(x, W.to(x.device), W[:, 0].to(x.device)), [(None, 4)], True),
+    ("sum over it", lambda x: x.sum(0), [(None, 4)], True),
+    ("softmax over it", lambda x: x.softmax(0), [(None, 4)], True),
+    ("softmax along it", lambda x: x.softmax(-1), [(None, 4)], True),
+    ("layer_norm", lambda x: torch.nn.functional.layer_norm(x, [4]), [(None, 4)], True),
+    ("cumsum over it", lambda x: x.cumsum(0), [(None, 4)], True),
+    ("max over it", lambda x: x.max(0).values, [(None, 4)], True),
+    ("argmax over it", lambda x: x.argmax(0), [(None, 4)], True),
+    ("mean of the other dim", lambda x: x.mean(1), [(4, None)], True),
+    ("add, both sides", lambda x, y: x + y, [(None, 4), (None, 4)], True),
+    ("mul by a scalar", lambda x: x * 3.5, [(4, None)], True),
+    ("cat", lambda x, y: torch.cat([x, y]), [(None, 4), (None, 4)], True),
+    ("mm, outer dims", lambda x, y: x @ y, [(None, 4), (4, None)], True),
+    ("bmm, outer dims", lambda x, y: torch.bmm(x, y), [(2, None, 4), (2, 4, None)], True),
+    ("where", lambda x, y: torch.where(x > 0, x, y), [(None, 4), (None, 4)], True),
+    ("squeeze_copy", lambda x: torch.squeeze_copy(x, 0), [(None, 4)], False),
+]
+
+
+@pytest.mark.parametrize("name, fn, shapes, served", SIZE_ONE_CASES, ids=[case[0] for case in SIZE_ONE_CASES])
+def test_size_one_at_a_dynamic_dim_gives_torchs_results(name, fn, shapes, served, fresh_cache, stats):
+    """A call with a 1 where the family's kernel is dynamic runs on that kernel only where its
+    trace at 1 is the dynamic trace's (kernels_cache/program_match.py); either way, torch's results."""
+    def call(n: int) -> None:
+        inputs = [torch.randn(*[n if size is None else size for size in shape]) for shape in shapes]
+        check(fn, *inputs)
+
+    for n in (5, 7):
+        call(n)
+    compiled = stats()["kernels_compiled"]
+    call(1)
+    assert (stats()["kernels_compiled"] == compiled) == served, "size 1 ran on the wrong kernel"
+    compiled = stats()["kernels_compiled"]
+    call(1)
+    call(3)
+    assert stats()["kernels_compiled"] == compiled
+
+
+def test_size_one_trains_on_the_dynamic_kernels(fresh_cache, stats):
+    """Forward and backward ops (addmm, mm, sum, gelu's backward) at batch 1 after batches 6 and
+    9: the gradients torch gives, and nothing compiled for batch 1."""
+    model, ours = mlp()
+
+    def step(batch: int) -> None:
+        x = torch.randn(batch, 12)
+        model.zero_grad()
+        ours.zero_grad()
+        model(x).square().sum().backward()
+        ours(x.to(D)).square().sum().backward()
+        for theirs, mine in zip(model.parameters(), ours.parameters()):
+            torch.testing.assert_close(mine.grad.cpu(), theirs.grad, rtol=1e-4, atol=1e-5)
+
+    for batch in (6, 9):
+        step(batch)
+    compiled = stats()["kernels_compiled"]
+    step(1)
+    assert stats()["kernels_compiled"] == compiled
 
 
 def test_off_compiles_a_kernel_per_size(fresh_cache, stats):
@@ -91,9 +162,11 @@ def test_a_new_process_compiles_nothing_for_sizes_it_has_not_seen(fresh_cache, s
     model, ours = mlp()
     for batch in (6, 9):
         run(model, ours, batch)
-    forget_memory()  # kernels, plans and families: what a new process starts without
+    run(model, ours, 1)
+    forget_memory()  # kernels, plans, families and choices: what a new process starts without
     turbine.reset_stats()
-    run(model, ours, 23)
+    for batch in (23, 1):
+        run(model, ours, batch)
     assert stats()["kernels_compiled"] == 0
 
 
@@ -131,13 +204,19 @@ def test_a_view_at_a_new_offset_reuses_the_kernel(fresh_cache):
     assert sum("aten.sinh" in entry["op"] for entry in fresh_cache.entries()) == 1
 
 
-def test_a_dim_first_seen_as_one_still_becomes_dynamic(fresh_cache, stats):
+def test_a_dim_first_seen_as_one_becomes_dynamic_at_the_next_size(fresh_cache, stats):
+    """Batch 1 then batch 6: the dim changed, so 6 compiles the dynamic kernel, and every later
+    size (1 included) runs on it: two kernels per op call in all (the MLP's two Linear layers
+    are one addmm family)."""
     model, ours = mlp()
-    for batch in (1, 6, 9):
+    for batch in (1, 6):
         run(model, ours, batch)
     compiled = stats()["kernels_compiled"]
-    run(model, ours, 14)
+    for batch in (9, 14, 1, 2):
+        run(model, ours, batch)
     assert stats()["kernels_compiled"] == compiled
+    ops = [entry["op"].split("(")[0] for entry in fresh_cache.entries()]
+    assert ops.count("aten.gelu.default") == 2 and ops.count("aten.addmm.default") <= 4
 
 
 def _executed(stats) -> int:

@@ -6,8 +6,11 @@ dim where both sizes are 2 or more, that dim becomes dynamic for the family: its
 compiled once with the dim unknown, and every later size there reuses it (torch.compile's rule:
 dynamic after the first change). Each dynamic dim is its own symbol unless the op's shape rules
 need two equal (bmm's inner dims): the trace says so and the family remembers it, so sizes that
-are equal by chance (a sequence length that reaches the head size) compile nothing new. Sizes 0 and 1 stay static (a 1 broadcasts, a 0 is empty), so a
-call with a 0 or 1 at a dynamic dim gets a kernel for its own sizes. A family whose lowering
+are equal by chance (a sequence length that reaches the head size) compile nothing new. A
+dynamic kernel is traced for sizes of 2 or more (torch's shape rules branch on a 1: broadcasting,
+strides), so a call with a 1 at a dynamic dim runs on it only where the op's program at that size
+is the dynamic one's (op_trace._serves); else, and for a 0, the call gets a kernel for its own
+sizes. A size of 1 then a larger one is a change like any other. A family whose lowering
 would branch on a dynamic size (tracing.py refuses it) stays static. What a family decided is
 kept in the kernel cache, so a new process compiles nothing for sizes it has not seen.
 
@@ -46,8 +49,8 @@ def mode() -> str:
 
 
 def mark_dynamic(tensor: DeviceTensor, dims: int | Iterable[int]) -> DeviceTensor:
-    """Compile the kernels of ops on ``tensor`` with ``dims`` dynamic from their first call (sizes
-    0 and 1 excepted); returns the tensor. Results of ops do not inherit the mark."""
+    """Compile the kernels of ops on ``tensor`` with ``dims`` dynamic from their first call (where
+    the size there is 2 or more); returns the tensor. Results of ops do not inherit the mark."""
     if not isinstance(tensor, DeviceTensor):
         raise TypeError(f"turbine.mark_dynamic takes a turbine tensor, not {type(tensor).__name__}")
     dims = [dims] if isinstance(dims, int) else list(dims)
@@ -105,14 +108,15 @@ def dims_for(leaves: Leaves, signature: tuple, slots: list[int]) -> Dims | None:
     if dims != family.dims:
         family.dims = dims
         _keep(signature, slots, leaves.device, family)
-    if not dims or any(sizes[i][d] < 2 for i, d in dims):
-        return None  # a 0 or 1 at a dynamic dim: this call's sizes get their own kernel
-    return dims
+    if not dims or any(sizes[i][d] == 0 for i, d in dims):
+        return None  # a 0 at a dynamic dim: this call's sizes get their own kernel
+    return dims  # a 1 there is served only where shown right (op_trace._serves)
 
 
 def _changed(family: Family, sizes: tuple) -> Dims:
-    """The dims where this call's size (2 or more) differs from the first such size the family saw
-    there; sizes 0 and 1 are not remembered, so a dim first seen as 1 still learns."""
+    """The dims where this call's size (2 or more) differs from the first size the family saw
+    there; a 0 is not remembered, and a 1 then a larger size is a change (the usual first batch
+    of a notebook, then the real ones)."""
     if family.first is None:
         family.first = [list(s) for s in sizes]
         return Dims()
@@ -121,7 +125,7 @@ def _changed(family: Family, sizes: tuple) -> Dims:
         for d, size in enumerate(new):
             if size < 2:
                 continue
-            if seen[d] < 2:
+            if seen[d] == 0:
                 seen[d] = size
             elif seen[d] != size:
                 changed.add((i, d))

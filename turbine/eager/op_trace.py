@@ -9,7 +9,7 @@ by the op's decompositions (eager/registry.py), then, for 0-d inputs, the op on 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -22,7 +22,7 @@ from turbine.eager.scalars import number_dtype
 from turbine.eager.schema import OpSchema, schema_of
 from turbine.eager.signature import Leaves, is_runtime, rebuild
 from turbine.errors import CompileError
-from turbine.kernels_cache import kernel_cache
+from turbine.kernels_cache import kernel_cache, program_match
 from turbine.kernels_cache.tracing import SymbolsMustMatch
 
 aten = torch.ops.aten
@@ -224,7 +224,11 @@ def _dynamic_kernel_plan(
             dynamic_signature[slot] = key
         dynamic_signature = tuple(dynamic_signature)
         kernel = kernel_cache.stored(dynamic_signature, leaves.device)
-        if kernel is None:
+        if any(leaves.tensors[i].shape[d] == 1 for i, d in dims):
+            inputs = traced + [((), d) for d in scalar_dtypes]
+            if kernel is None or not _serves(func, schema, args, kwargs, leaves, metas, inputs, kernel, signature):
+                return None  # the kernel is not known to be right at size 1: this call gets its own
+        elif kernel is None:
             inputs = traced + [((), d) for d in scalar_dtypes]
             lowerings = _lowerings(func, schema, args, kwargs, leaves, metas, inputs)
             try:
@@ -242,6 +246,28 @@ def _dynamic_kernel_plan(
                 return None
         return KernelPlan(func, leaves.device, kernel, dynamic_signature, scalar_dtypes, layouts_of(metas), kind)
     return None
+
+
+def _serves(
+    func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list, kernel: Any, signature: tuple
+) -> bool:
+    """Whether the family's dynamic kernel computes this call, which has a size of 1 at one of
+    its dynamic dims, as a kernel for the call's own sizes would: its trace and a static one
+    compared (kernels_cache/program_match.py), for the lowering the kernel was compiled from.
+    The answer is kept in the kernel cache, so a new process does not trace again."""
+    key = ("size 1 on a dynamic kernel", *signature)
+    kept = kernel_cache.choice(key, leaves.device)
+    if kept is not None:
+        return kept["served"]
+    alternative = kernel.metadata.get("alternative")
+    served = alternative in (0, 1) and program_match.same_program(
+        _traced_call(func, schema, args, kwargs, leaves, metas),
+        inputs,
+        [tuple(m.shape) for m in metas if m is not None],
+        registry.decompositions() if alternative == 1 else None,
+    )
+    kernel_cache.keep_choice(key, leaves.device, {"op": str(func), "served": served})
+    return served
 
 
 def _traced_first(lowerings: list) -> Any:
@@ -278,28 +304,8 @@ def _hinted(shape: Any) -> tuple:
 def _lowerings(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list) -> list:
     """The ways to lower the call, in order: the op as it is; then torch's decompositions of it,
     where torch has some; then, for 0-d inputs, the op on 1-d ones."""
-    target = _lowered_op(func, args, kwargs)
-    target = registry.correction(target) or target
+    traced = _traced_call(func, schema, args, kwargs, leaves, metas)
     count = len(leaves.tensors)
-    result_dtypes = [m.dtype for m in metas if m is not None]
-    opmath = _in_opmath(func, leaves)
-
-    def traced(*values: torch.Tensor) -> list[torch.Tensor]:
-        values = [_widen_unsigned(v) for v in values]
-        if opmath:
-            values = [v.to(torch.float32) if v.dtype in _REDUCED else v for v in values]
-        tensors = iter(values[:count])
-        scalars = iter(values[count:])
-        call_args, call_kwargs = rebuild(schema, args, kwargs, lambda _: next(tensors), lambda _: next(scalars))
-        call_kwargs = {name: off_device(value, "cpu") for name, value in call_kwargs.items()}
-        if schema.symbolic:
-            _as_numbers(schema, call_args, call_kwargs, _number_dtype(result_dtypes, values[:count]))
-        if "alpha" in schema.runtime_scalars and "alpha" not in schema.symbolic:
-            _fold_alpha(func, call_args, call_kwargs)
-        out = target(*call_args, **call_kwargs)
-        outs = [o for o in ([out] if isinstance(out, torch.Tensor) else out) if o is not None]
-        return [o if o.dtype == d else o.to(d) for o, d in zip(outs, result_dtypes)]
-
     result_shapes = [tuple(m.shape) for m in metas if m is not None]
 
     def checked(*values: torch.Tensor) -> list[torch.Tensor]:
@@ -325,6 +331,34 @@ def _lowerings(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: L
     if any(t.dim() == 0 for t in leaves.tensors):
         lowerings.append(lambda: lowering.lower(traced_as_1d, inputs))
     return lowerings
+
+
+def _traced_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list) -> Callable:
+    """The function a kernel of the call traces: the op (or its correction) on the kernel's
+    inputs, tensors then runtime scalars, its results in the meta call's dtypes."""
+    target = _lowered_op(func, args, kwargs)
+    target = registry.correction(target) or target
+    count = len(leaves.tensors)
+    result_dtypes = [m.dtype for m in metas if m is not None]
+    opmath = _in_opmath(func, leaves)
+
+    def traced(*values: torch.Tensor) -> list[torch.Tensor]:
+        values = [_widen_unsigned(v) for v in values]
+        if opmath:
+            values = [v.to(torch.float32) if v.dtype in _REDUCED else v for v in values]
+        tensors = iter(values[:count])
+        scalars = iter(values[count:])
+        call_args, call_kwargs = rebuild(schema, args, kwargs, lambda _: next(tensors), lambda _: next(scalars))
+        call_kwargs = {name: off_device(value, "cpu") for name, value in call_kwargs.items()}
+        if schema.symbolic:
+            _as_numbers(schema, call_args, call_kwargs, _number_dtype(result_dtypes, values[:count]))
+        if "alpha" in schema.runtime_scalars and "alpha" not in schema.symbolic:
+            _fold_alpha(func, call_args, call_kwargs)
+        out = target(*call_args, **call_kwargs)
+        outs = [o for o in ([out] if isinstance(out, torch.Tensor) else out) if o is not None]
+        return [o if o.dtype == d else o.to(d) for o, d in zip(outs, result_dtypes)]
+
+    return traced
 
 
 def _no_lowering() -> str:

@@ -367,7 +367,7 @@ class KernelCache:
         if isinstance(self.store, DiskStore):
             bundles.compiling_in_foreground(self.store)
         try:
-            vmfb, text = _compile_first(lower if isinstance(lower, Sequence) else [lower], target)
+            vmfb, text, alternative = _compile_first(lower if isinstance(lower, Sequence) else [lower], target)
         except CompileError as error:
             failure = CompileError(
                 f"IREE could not compile {describe} for {target.backend} ({target.arch or 'default'}):\n{error}\n"
@@ -395,7 +395,7 @@ class KernelCache:
             "compiler": key[1][-1],
             "lowering_version": LOWERING_VERSION,
             "compile_seconds": round(seconds, 3),
-            "metadata": metadata,
+            "metadata": dict(metadata, alternative=alternative),
             "source": bundles.bundleable(text, target.backend),  # kept beside the entry, to compile into bundles
         }
         if self.store is not None:
@@ -405,11 +405,12 @@ class KernelCache:
         return vmfb, record
 
 
-def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> tuple[bytes, str]:
-    """The module and MLIR of the first lowering that compiles; else the first lowering's error, with the
-    first line of each other lowering's error after it (a decomposition's own failure, say)."""
+def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> tuple[bytes, str, int]:
+    """The module, MLIR and position of the first lowering that compiles; else the first lowering's
+    error, with the first line of each other lowering's error after it (a decomposition's own
+    failure, say)."""
     errors: list[CompileError] = []
-    for lower in lowerings:
+    for alternative, lower in enumerate(lowerings):
         try:
             text = lower()
         except CompileError as error:
@@ -419,7 +420,7 @@ def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> tu
             errors.append(CompileError(f"turbine could not lower it: {type(error).__name__}: {error}"))
             continue
         try:
-            return compile_mlir(text, target), text
+            return compile_mlir(text, target), text, alternative
         except CompileError as error:
             errors.append(error)
     first, *others = errors

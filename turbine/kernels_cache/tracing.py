@@ -33,6 +33,15 @@ def lower(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], decompositi
     ops would branch on a size otherwise is refused with CompileError, since the kernel must
     serve every size.
     ``decompositions`` (op -> function) replaces the ops it names while tracing."""
+    graph_module = trace(fn, inputs, decompositions)
+    _refuse_complex(graph_module)
+    importer = FxImporter()
+    importer.import_stateless_graph(graph_module.graph, func_name="main")
+    return str(importer.module)
+
+
+def trace(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], decompositions: dict | None = None) -> torch.fx.GraphModule:
+    """``fn``'s aten program on inputs of the given (sizes, dtype), as ``lower`` compiles it."""
     dynamic = any(isinstance(size, Dynamic) for sizes, _ in inputs for size in sizes)
     # Traces see ops as turbine's dispatch does, below autograd: there a composite op (isclose)
     # arrives whole and the decomposition table decides; above it, a compile thread saw torch's
@@ -44,15 +53,10 @@ def lower(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], decompositi
         excluded = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.Python)
         with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded):
             if dynamic:
-                graph_module = _trace_dynamic(fn, inputs, decompositions)
-            else:
-                # torch.empty reserves address space but touches no memory, so large shapes cost nothing.
-                examples = [torch.empty(sizes, dtype=dtype) for sizes, dtype in inputs]
-                graph_module = make_fx(fn, tracing_mode="fake", decomposition_table=decompositions)(*examples)
-    _refuse_complex(graph_module)
-    importer = FxImporter()
-    importer.import_stateless_graph(graph_module.graph, func_name="main")
-    return str(importer.module)
+                return _trace_dynamic(fn, inputs, decompositions)
+            # torch.empty reserves address space but touches no memory, so large shapes cost nothing.
+            examples = [torch.empty(sizes, dtype=dtype) for sizes, dtype in inputs]
+            return make_fx(fn, tracing_mode="fake", decomposition_table=decompositions)(*examples)
 
 
 def _refuse_complex(graph_module: torch.fx.GraphModule) -> None:
@@ -74,8 +78,9 @@ class SymbolsMustMatch(CompileError):
 
 
 class Dynamic:
-    """A dim a kernel takes at any size of 2 or more; ``hint`` is the size it is traced at. Dims
-    with the same ``symbol`` take the same size (torch's shape rules may need them equal)."""
+    """A dim a kernel takes at any size of 2 or more (at 1 where program_match.py shows it);
+    ``hint`` is the size it is traced at. Dims with the same ``symbol`` take the same size
+    (torch's shape rules may need them equal)."""
 
     __slots__ = ("symbol", "hint")
 
@@ -87,7 +92,7 @@ class Dynamic:
         return self.symbol
 
 
-def _trace_dynamic(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], decompositions: dict | None) -> Any:
+def _trace_dynamic(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], decompositions: dict | None) -> torch.fx.GraphModule:
     """``fn`` traced on fake tensors whose ``Dynamic`` dims are symbols of one shape environment."""
     shape_env = ShapeEnv(duck_shape=False)  # equal sizes are not the same symbol by chance
     mode = FakeTensorMode(shape_env=shape_env)
