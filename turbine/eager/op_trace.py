@@ -23,7 +23,7 @@ from turbine.eager.schema import OpSchema, schema_of
 from turbine.eager.signature import Leaves, is_runtime, rebuild
 from turbine.errors import CompileError
 from turbine.kernels_cache import kernel_cache, program_match
-from turbine.kernels_cache.tracing import SymbolsMustMatch
+from turbine.kernels_cache.tracing import Dynamic, SymbolsMustMatch
 
 aten = torch.ops.aten
 
@@ -238,7 +238,8 @@ def _dynamic_kernel_plan(
                 dynamic.must_match(signature, slots, leaves.device, groups)
                 continue
             describe = f"{func}({', '.join(f'{k[2]}{list(k[1])}' for k in keyed)})"
-            metadata = {"outputs": None, "structure": kind, "dynamic": True}
+            hints = {size.symbol: size.hint for sizes, _ in traced for size in sizes if isinstance(size, Dynamic)}
+            metadata = {"outputs": None, "structure": kind, "dynamic": True, "traced_at": hints}
             try:  # in the foreground: a family compiles one dynamic kernel, and a refusal must be known now
                 kernel = kernel_cache.kernel(dynamic_signature, leaves.device, [first, *lowerings[1:]], describe, metadata)
             except CompileError:
@@ -253,16 +254,18 @@ def _serves(
 ) -> bool:
     """Whether the family's dynamic kernel computes this call, which has a size of 1 at one of
     its dynamic dims, as a kernel for the call's own sizes would: its trace and a static one
-    compared (kernels_cache/program_match.py), for the lowering the kernel was compiled from.
+    compared (kernels_cache/program_match.py), for the lowering and sizes the kernel was
+    compiled from.
     The answer is kept in the kernel cache, so a new process does not trace again."""
     key = ("size 1 on a dynamic kernel", *signature)
     kept = kernel_cache.choice(key, leaves.device)
     if kept is not None:
         return kept["served"]
-    alternative = kernel.metadata.get("alternative")
-    served = alternative in (0, 1) and program_match.same_program(
+    alternative, traced_at = kernel.metadata.get("alternative"), kernel.metadata.get("traced_at")
+    served = alternative in (0, 1) and traced_at is not None and program_match.same_program(
         _traced_call(func, schema, args, kwargs, leaves, metas),
         inputs,
+        traced_at,
         [tuple(m.shape) for m in metas if m is not None],
         registry.decompositions() if alternative == 1 else None,
     )

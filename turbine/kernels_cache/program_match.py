@@ -5,7 +5,8 @@ and 1 are specialised, as in torch.compile), so its trace proves nothing about a
 shape code asks "is this size 1?" everywhere (strides, contiguity, broadcasting), and a
 decomposition may take another branch there. Rather than compile a kernel for each size-1 call,
 the op is traced twice (no compile: tens of milliseconds) and the two programs compared: the
-dynamic one with its symbols replaced by this call's sizes, and a static one at those sizes. When
+dynamic one (traced again as its kernel was) with its symbols replaced by this call's sizes, and
+a static one at those sizes. When
 they call the same aten ops in the same order, with the same arguments, sizes and dtypes, the
 dynamic kernel (whose MLIR assumes nothing about its ``?`` dims) computes what the static one
 would, and serves the call.
@@ -21,19 +22,22 @@ import torch
 from turbine.kernels_cache import tracing
 from turbine.kernels_cache.tracing import Dynamic
 
-_TRACED_AT = 2  # the size a dynamic dim is traced at: any size of 2 or more gives the same program
-
 
 def same_program(
-    fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], result_shapes: list[tuple], decompositions: dict | None = None
+    fn: Callable,
+    inputs: Sequence[tuple[tuple, torch.dtype]],
+    traced_at: dict[str, int],
+    result_shapes: list[tuple],
+    decompositions: dict | None = None,
 ) -> bool:
-    """Whether ``fn``'s kernel traced with the ``Dynamic`` dims of ``inputs`` computes, at the
-    sizes in their hints, what ``fn`` traced for those sizes computes, with results of
-    ``result_shapes`` (torch's shape rule's). False where either trace fails or the programs
-    differ (the caller then compiles a kernel for these sizes)."""
-    generic = [(tuple(Dynamic(s.symbol, _TRACED_AT) if isinstance(s, Dynamic) else s for s in sizes), dtype) for sizes, dtype in inputs]
+    """Whether ``fn``'s kernel, traced with the ``Dynamic`` dims of ``inputs`` at the sizes
+    ``traced_at`` gives each symbol (as its kernel was compiled), computes at the sizes in their
+    hints what ``fn`` traced for those sizes computes, with results of ``result_shapes`` (torch's
+    shape rule's). False where either trace fails or the programs differ (the caller then
+    compiles a kernel for these sizes)."""
     exact = [(tuple(s.hint if isinstance(s, Dynamic) else s for s in sizes), dtype) for sizes, dtype in inputs]
     try:
+        generic = [(tuple(Dynamic(s.symbol, traced_at[s.symbol]) if isinstance(s, Dynamic) else s for s in sizes), dtype) for sizes, dtype in inputs]
         symbolic = tracing.trace(fn, generic, decompositions)
         static = tracing.trace(fn, exact, decompositions)
     except Exception:  # noqa: BLE001 - a trace that fails proves nothing; the caller compiles instead
