@@ -314,6 +314,9 @@ def test_cache_list_shows_what_each_family_learnt(fresh_cache, capsys):
     listing = capsys.readouterr().out
     assert "aten.tanh.default: dynamic: input 0 dim 0" in listing
     assert "turbine.gather: one kernel for any size" in listing
+    torch.testing.assert_close(torch.tanh(torch.ones(1, 4).to(D)).cpu(), torch.tanh(torch.ones(1, 4)))
+    assert main(["cache", "list", "--dir", str(fresh_cache.root)]) == 0
+    assert "aten.tanh.default(float32[1, 4]): runs on the dynamic kernel" in capsys.readouterr().out
 
 
 PROCESS = """

@@ -106,6 +106,9 @@ def cache(args: argparse.Namespace) -> int:
                 dims = ", ".join(f"input {i} dim {d}" for i, d in choice["dims"]) or "none"
                 state = "refused (a kernel per size)" if choice.get("refused") else f"dynamic: {dims}"
                 print(f"{'shapes':>8}  {'':>9}  {'':>9}  {choice.get('op', '?')}: {state}")
+            elif "served" in choice:  # a call with a size of 1 at a dynamic dim (eager/op_trace.py)
+                state = "runs on the dynamic kernel" if choice["served"] else "has its own kernel (another program at 1)"
+                print(f"{'shapes':>8}  {'':>9}  {'':>9}  {choice.get('op', '?')}: {state}")
             elif "state" in choice:  # a view gather, view write or factory kind gone generic
                 state = "one kernel for any size" if choice["state"] == "generic" else "refused (a kernel per size)"
                 print(f"{'shapes':>8}  {'':>9}  {'':>9}  {choice.get('op', '?')}: {state}")

@@ -269,7 +269,7 @@ def _serves(
         [tuple(m.shape) for m in metas if m is not None],
         registry.decompositions() if alternative == 1 else None,
     )
-    kernel_cache.keep_choice(key, leaves.device, {"op": str(func), "served": served})
+    kernel_cache.keep_choice(key, leaves.device, {"op": _describe(func, leaves), "served": served})
     return served
 
 
