@@ -133,7 +133,7 @@ def schema_of(func: torch._ops.OpOverload) -> OpSchema:
     # none; one compiled in for some values (pow's exponent 2) traces the op itself for those.
     always = {name for name, rule in compiled_in.items() if rule is True}
     twin = _twin(func, kinds) if set(scalar_names) - {"alpha"} and not always else None
-    # add/sub's alpha scales the operand in the trace (dispatch._fold_alpha); a twin takes the
+    # add/sub's alpha scales the operand in the trace (traced_call._fold_alpha); a twin takes the
     # other Scalars as tensors; the rest are traced as numbers.
     folded = {"alpha"} if packet in ("add", "sub", "rsub") else set()
     traced_kinds = {a.name: _kind(a.type) for a in (twin or func)._schema.arguments}
