@@ -8,7 +8,8 @@ training step (1024-4096-1024, batch 256, AdamW) and an ``nn.TransformerEncoderL
 backward (d_model 512, 8 heads, batch 16, sequence 128). Each is warmed up (its kernels compiled or
 loaded) and then timed ``--repeats`` times, torch and turbine taking turns; the table gives medians,
 the ratio turbine / torch (time, or torch / turbine for rates, so above 1 is always turbine slower),
-and which executors ran turbine's ops (``turbine.stats()['executors']``). Run it on the device
+and which executors ran turbine's ops (``turbine.stats()['executors']``). Rates are taken over
+bursts of ``BURST`` calls waited for once (before 2026-12-04, one call and a wait). Run it on the device
 machine with torch CUDA; on a CPU-only machine ``--device turbine:cpu --torch-device cpu`` checks
 that it runs.
 """
@@ -46,22 +47,33 @@ def chain(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
     return run, 1000
 
 
+#: Calls of a rate workload (bandwidth, TFLOP/s) issued before one wait: a rate is the device's
+#: steady pace, as in a program that issues ops ahead of the device, not one call's latency
+#: plus a host wait (the chained-add row measures the per-call cost).
+BURST = 10
+
+
+def burst(op: Callable[[], torch.Tensor]) -> tuple[Callable[[], list[torch.Tensor]], int]:
+    """``op`` called ``BURST`` times in a row, its results kept until the wait."""
+    return (lambda: [op() for _ in range(BURST)]), BURST
+
+
 def big_add(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
     a, b = torch.randn(4096, 4096).to(device), torch.randn(4096, 4096).to(device)
-    return lambda: [a + b], 1
+    return burst(lambda: a + b)
 
 
 def matmul(dtype: torch.dtype) -> Callable[[str], tuple[Callable[[], list[torch.Tensor]], int]]:
     def make(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
         a, b = (torch.randn(4096, 4096).to(device, dtype) for _ in range(2))
-        return lambda: [a @ b], 1
+        return burst(lambda: a @ b)
 
     return make
 
 
 def conv(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
     x, w = torch.randn(32, 64, 56, 56).to(device), torch.randn(64, 64, 3, 3).to(device)
-    return lambda: [torch.nn.functional.conv2d(x, w, padding=1)], 1
+    return burst(lambda: torch.nn.functional.conv2d(x, w, padding=1))
 
 
 def mlp_step(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
@@ -121,7 +133,7 @@ def value(median: float, unit: str, work: float | None, calls: int) -> float:
         return median / calls * 1e6
     if unit == "ms":
         return median * 1e3
-    return work / median / (1e9 if unit == "GB/s" else 1e12)
+    return work * calls / median / (1e9 if unit == "GB/s" else 1e12)
 
 
 def main() -> None:
