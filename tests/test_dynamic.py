@@ -102,6 +102,36 @@ def test_size_one_at_a_dynamic_dim_gives_torchs_results(name, fn, shapes, served
     assert stats()["kernels_compiled"] == compiled
 
 
+def test_a_size_one_answer_is_asked_again_of_a_new_dynamic_kernel(fresh_cache, stats):
+    """squeeze_copy(x, 1) at (1, 1) runs on the kernel with dim 0 dynamic (its dim 1 stays 1).
+    Once dim 1 is dynamic too, a process that builds the call's plan again asks again, of the
+    new kernel, which would not squeeze: (1, 1) then gets a kernel of its own."""
+    squeeze = lambda x: torch.squeeze_copy(x, 1)  # noqa: E731
+    for shape in [(3, 1), (5, 1)]:
+        check(squeeze, torch.randn(shape))
+    compiled = stats()["kernels_compiled"]
+    check(squeeze, torch.randn(1, 1))
+    assert stats()["kernels_compiled"] == compiled, "(1, 1) did not run on the kernel with dim 0 dynamic"
+    check(squeeze, torch.randn(5, 7))  # dim 1 dynamic: a new kernel
+    forget_memory()  # plans, kernels and families: a new process, which reads them from disk
+    turbine.reset_stats()
+    check(squeeze, torch.randn(1, 1))
+    assert stats()["kernels_compiled"] == 1, "(1, 1) ran on a kernel whose program at 1 differs"
+
+
+def test_a_broadcast_one_then_a_size_does_not_stop_a_family_learning(fresh_cache, stats):
+    """x's rows are 1 (a broadcast), then 5: that dim alone cannot be dynamic (the trace needs it
+    equal to y's 5), so it is dropped rather than the family refused; from 7 on, both sides'
+    rows share one symbol and new sizes compile nothing."""
+    for rows_x, rows_y in [(1, 5), (5, 5), (7, 7), (9, 9), (11, 11)]:
+        if (rows_x, rows_y) == (9, 9):
+            compiled = stats()["kernels_compiled"]
+        check(lambda a, b: a + b, torch.randn(rows_x, 4), torch.randn(rows_y, 4))
+    assert stats()["kernels_compiled"] == compiled
+    families = [f for key, f in turbine.eager.runtime.state.families.items() if "aten.add.Tensor" in str(key)]
+    assert families and not families[0].refused
+
+
 def test_size_one_trains_on_the_dynamic_kernels(fresh_cache, stats):
     """Forward and backward ops (addmm, mm, sum, gelu's backward) at batch 1 after batches 6 and
     9: the gradients torch gives, and nothing compiled for batch 1."""

@@ -50,3 +50,33 @@ def test_sizes_computed_from_a_symbol_are_compared_at_its_size():
     static program's constant."""
     view = lambda x: [aten.view.default(x, [x.shape[0] * 3, 4]).sum(0)]  # noqa: E731
     assert same_program(view, [((rows(1), 12), F32)], {"s0": 5}, [(4,)])
+
+
+def test_constants_values_from_the_data_and_number_types_are_part_of_the_program():
+    """Programs that differ at 1 only in a captured constant tensor, in which tensor ``.item()``
+    reads, or in 2 against 2.0, are not the same."""
+    def constant(x):
+        table = torch.tensor([1.0, 2, 3, 4]) if x.shape[0] == 1 else torch.tensor([5.0, 6, 7, 8])
+        return [aten.add.Tensor(x, table)]
+
+    def item(x, a, b):
+        return [aten.mul.Tensor(x, (a if x.shape[0] == 1 else b).item())]
+
+    def number(x):
+        return [aten.mul.Tensor(x, 2 if x.shape[0] == 1 else 2.0)]
+
+    assert not same_program(constant, [((rows(1), 4), F32)], {"s0": 7}, [(1, 4)])
+    assert not same_program(item, [((rows(1), 4), F32), ((), F32), ((), F32)], {"s0": 7}, [(1, 4)])
+    assert not same_program(number, [((rows(1), 4), F32)], {"s0": 7}, [(1, 4)])
+    same_constant = lambda x: [aten.add.Tensor(x, torch.tensor([1.0, 2, 3, 4]))]  # noqa: E731
+    assert same_program(same_constant, [((rows(1), 4), F32)], {"s0": 7}, [(1, 4)])
+
+
+def test_a_size_that_cannot_be_evaluated_at_one_shows_nothing_and_raises_nothing():
+    """Align-corners bilinear upsampling divides by (size - 1): at 1 that is a division by zero
+    inside the size arithmetic, which must be a plain 'not shown'."""
+    from torch._decomp import core_aten_decompositions
+
+    upsample = lambda x: [aten.upsample_bilinear2d.vec(x, None, True, [1.5, 1.5])]  # noqa: E731
+    inputs = [((1, 1, rows(1, "s0"), rows(1, "s1")), F32)]
+    assert not same_program(upsample, inputs, {"s0": 5, "s1": 5}, [(1, 1, 1, 1)], core_aten_decompositions())

@@ -65,15 +65,17 @@ def mark_dynamic(tensor: DeviceTensor, dims: int | Iterable[int]) -> DeviceTenso
 class Family:
     """What the calls of one family taught: the first call's sizes, the dims found dynamic, the
     groups of them its ops need equal, and whether a dynamic kernel was refused (then the family
-    stays static)."""
+    stays static). ``from_one``: dims made dynamic by a 1 then a larger size, until a kernel
+    compiles with them (a 1 may have been a broadcast)."""
 
-    __slots__ = ("first", "dims", "equal", "refused")
+    __slots__ = ("first", "dims", "equal", "refused", "from_one")
 
     def __init__(self, dims: Dims = Dims(), equal: tuple = (), refused: bool = False) -> None:
         self.first: list[list[int]] | None = None
         self.dims = dims
         self.equal: tuple[Dims, ...] = equal
         self.refused = refused
+        self.from_one: set = set()
 
 
 def family_key(signature: tuple, slots: list[int]) -> tuple:
@@ -129,14 +131,29 @@ def _changed(family: Family, sizes: tuple) -> Dims:
                 seen[d] = size
             elif seen[d] != size:
                 changed.add((i, d))
+                if seen[d] == 1:
+                    family.from_one.add((i, d))
+                    seen[d] = size
     return Dims(changed)
 
 
 def refuse(signature: tuple, slots: list[int], device: Device) -> None:
-    """The family's dynamic kernel did not compile: keep it static from now on (and on disk)."""
+    """The family's dynamic kernel did not compile: keep it static from now on (and on disk).
+    Where dims were made dynamic by a 1 then a larger size, those alone are dropped instead: the
+    1 was likely a broadcast (``x[1, 4] + y[5, 4]``, then ``x[5, 4]``), and later sizes may still
+    teach the family a kernel it can compile."""
     family = _family(family_key(signature, slots), device)
-    family.refused = True
+    if family.from_one:
+        family.dims = Dims(family.dims - family.from_one)
+        family.from_one.clear()
+    else:
+        family.refused = True
     _keep(signature, slots, device, family)
+
+
+def compiled(signature: tuple, slots: list[int], device: Device) -> None:
+    """The family's dynamic kernel compiled: every dim it has is one a kernel takes."""
+    _family(family_key(signature, slots), device).from_one.clear()
 
 
 def dynamic_inputs(leaves: Leaves, dims: Dims, signature: tuple, slots: list[int]) -> tuple[list, list, dict] | None:

@@ -145,7 +145,7 @@ def _dynamic_kernel_plan(
         kernel = kernel_cache.stored(dynamic_signature, leaves.device)
         if any(leaves.tensors[i].shape[d] == 1 for i, d in dims):
             inputs = traced + [((), d) for d in scalar_dtypes]
-            if kernel is None or not _serves(func, schema, args, kwargs, leaves, metas, inputs, kernel, signature):
+            if kernel is None or not _serves(func, schema, args, kwargs, leaves, metas, inputs, kernel, (signature, dynamic_signature)):
                 return None  # the kernel is not known to be right at size 1: this call gets its own
         elif kernel is None:
             inputs = traced + [((), d) for d in scalar_dtypes]
@@ -164,23 +164,25 @@ def _dynamic_kernel_plan(
             except CompileError:
                 dynamic.refuse(signature, slots, leaves.device)
                 return None
+            dynamic.compiled(signature, slots, leaves.device)
         return KernelPlan(func, leaves.device, kernel, dynamic_signature, scalar_dtypes, layouts_of(metas), kind)
     return None
 
 
 def _serves(
-    func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list, kernel: Any, signature: tuple
+    func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list, kernel: Any, signatures: tuple
 ) -> bool:
     """Whether the family's dynamic kernel computes this call, which has a size of 1 at one of
     its dynamic dims, as a kernel for the call's own sizes would: its trace and a static one
     compared (kernels_cache/program_match.py), for the lowering and sizes the kernel was
-    compiled from.
-    The answer is kept in the kernel cache, so a new process does not trace again."""
-    key = ("size 1 on a dynamic kernel", *signature)
+    compiled from. ``signatures``: the call's and the kernel's.
+    The answer is kept in the kernel cache for this call and this kernel (a family that later
+    makes another dim dynamic asks again), so a new process does not trace again."""
+    alternative, traced_at = kernel.metadata.get("alternative"), kernel.metadata.get("traced_at")
+    key = ("size 1 on a dynamic kernel", *signatures, alternative, tuple(sorted((traced_at or {}).items())))
     kept = kernel_cache.choice(key, leaves.device)
     if kept is not None:
         return kept["served"]
-    alternative, traced_at = kernel.metadata.get("alternative"), kernel.metadata.get("traced_at")
     served = alternative in (0, 1) and traced_at is not None and program_match.same_program(
         traced_call(func, schema, args, kwargs, leaves, metas),
         inputs,

@@ -22,6 +22,8 @@ import torch
 from turbine.kernels_cache import tracing
 from turbine.kernels_cache.tracing import Dynamic
 
+aten = torch.ops.aten
+
 
 def same_program(
     fn: Callable,
@@ -36,17 +38,17 @@ def same_program(
     shape rule's). False where either trace fails or the programs differ (the caller then
     compiles a kernel for these sizes)."""
     exact = [(tuple(s.hint if isinstance(s, Dynamic) else s for s in sizes), dtype) for sizes, dtype in inputs]
-    try:
+    try:  # anything that fails (a trace, a size that divides by zero at 1) proves nothing
         generic = [(tuple(Dynamic(s.symbol, traced_at[s.symbol]) if isinstance(s, Dynamic) else s for s in sizes), dtype) for sizes, dtype in inputs]
         symbolic = tracing.trace(fn, generic, decompositions)
         static = tracing.trace(fn, exact, decompositions)
-    except Exception:  # noqa: BLE001 - a trace that fails proves nothing; the caller compiles instead
+        results = next(node for node in static.graph.nodes if node.op == "output").args[0]
+        if [tuple(node.meta["val"].shape) for node in results] != list(result_shapes):
+            return False
+        sizes = _sizes_of_symbols(symbolic, inputs)
+        return sizes is not None and _program(symbolic, sizes) == _program(static, {})
+    except Exception:  # noqa: BLE001 - the caller then compiles a kernel for these sizes
         return False
-    results = next(node for node in static.graph.nodes if node.op == "output").args[0]
-    if [tuple(node.meta["val"].shape) for node in results] != list(result_shapes):
-        return False
-    sizes = _sizes_of_symbols(symbolic, inputs)
-    return sizes is not None and _program(symbolic, sizes) == _program(static, {})
 
 
 def _sizes_of_symbols(graph_module: torch.fx.GraphModule, inputs: Sequence[tuple[tuple, torch.dtype]]) -> dict | None:
@@ -63,10 +65,18 @@ def _sizes_of_symbols(graph_module: torch.fx.GraphModule, inputs: Sequence[tuple
     return sizes
 
 
+#: The ops of a symbolic trace that compute sizes rather than values (with Python's operators
+#: and torch's ``sym_*`` functions on sizes): folded into the sizes they give.
+_SIZE_OPS = frozenset(
+    str(op) for op in (aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default)
+)
+
+
 def _program(graph_module: torch.fx.GraphModule, sizes: dict) -> list:
-    """The trace as plain values: each call (target, arguments, result sizes and dtypes) in order,
-    symbolic sizes evaluated at ``sizes``; size arithmetic (``sym_size``, ``mul``) folded away, so
-    that a symbolic trace and a static one compare equal when they compute the same."""
+    """The trace as plain values: each call (target, arguments, result sizes and dtypes) and
+    constant tensor in order, symbolic sizes evaluated at ``sizes``; size arithmetic
+    (``sym_size``, ``mul`` of sizes) folded into its value, so that a symbolic trace and a static
+    one compare equal when they compute the same."""
     values: dict[torch.fx.Node, Any] = {}
     program: list = []
     for node in graph_module.graph.nodes:
@@ -75,12 +85,28 @@ def _program(graph_module: torch.fx.GraphModule, sizes: dict) -> list:
             values[node] = ("input", len(values), _plain(value, sizes))
         elif node.op == "output":
             program.append(("output", _argument(node.args, values)))
-        elif isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
-            values[node] = _number(value, sizes)  # size arithmetic: its value is what the program uses
+        elif node.op == "get_attr":  # a constant tensor the trace captured: its contents count
+            constant = getattr(graph_module, node.target)
+            values[node] = ("result", len(program))
+            program.append(("constant", constant.dtype, tuple(constant.shape), tuple(constant.flatten().tolist())))
+        elif _size_arithmetic(node):
+            values[node] = _number(value, sizes)
         else:
             values[node] = ("result", len(program))
             program.append((str(node.target), _argument(node.args, values), _argument(node.kwargs, values), _plain(value, sizes)))
     return program
+
+
+def _size_arithmetic(node: torch.fx.Node) -> bool:
+    """Whether a node computes a size (``sym_size``, Python's operators, ``torch.sym_max``)
+    rather than a value of the program (``.item()`` of a tensor is one of the program's calls)."""
+    if not isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
+        return False
+    target = node.target
+    if str(target) in _SIZE_OPS:
+        return True
+    module = getattr(target, "__module__", None) or ""
+    return module in ("_operator", "operator", "math") or getattr(target, "__name__", "").startswith("sym_")
 
 
 def _argument(value: Any, values: dict) -> Any:
@@ -90,7 +116,12 @@ def _argument(value: Any, values: dict) -> Any:
         return tuple(_argument(v, values) for v in value)
     if isinstance(value, dict):
         return tuple((k, _argument(v, values)) for k, v in value.items())
-    return value
+    return _typed(value)
+
+
+def _typed(value: Any) -> Any:
+    """A number with its type, so that 2, 2.0 and True differ as the ops taking them do."""
+    return (type(value).__name__, value) if isinstance(value, (bool, int, float)) else value
 
 
 def _plain(value: Any, sizes: dict) -> Any:
@@ -103,11 +134,14 @@ def _plain(value: Any, sizes: dict) -> Any:
 
 
 def _number(value: Any, sizes: dict) -> Any:
-    """A size (or other number) of the trace at ``sizes``; a symbol left unknown (a size from the
-    data) stays a string, which matches nothing in a static trace."""
+    """A size (or other number) of the trace at ``sizes``, with its type; a symbol left unknown (a
+    value read from the data by ``.item()``) stays its name, which the same call of the other
+    trace, compared before it, names alike."""
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         expr = sympy.sympify(value.node.expr).xreplace(sizes)
         if expr in (sympy.true, sympy.false):
-            return bool(expr)
-        return int(expr) if expr.is_Integer else float(expr) if expr.is_Number else str(expr)
-    return value
+            return _typed(bool(expr))
+        if expr.is_Integer:
+            return _typed(int(expr))
+        return _typed(float(expr)) if expr.is_Number else str(expr)
+    return _typed(value)
