@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -126,3 +127,34 @@ def test_the_process_ends_with_pythons_status(case):
     done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=240, env=os.environ)
     assert done.returncode == status, f"status {done.returncode}, stderr:\n{done.stderr[-3000:]}"
     assert words in done.stderr
+
+
+def test_a_ctrl_c_dropped_in_turbines_finalizer_is_raised_again(monkeypatch):
+    """Python drops an exception raised in a finalizer; a KeyboardInterrupt dropped in turbine's
+    (where a Ctrl-C in a loop of ops lands now and then) is raised again at the next bytecode."""
+    from types import SimpleNamespace
+
+    from turbine import interrupts
+    from turbine.device.buffer import Buffer
+
+    passed_on = []
+    monkeypatch.setattr(sys, "unraisablehook", passed_on.append)  # (pytest sets its own for each test)
+    monkeypatch.setattr(interrupts, "_previous", None)
+    interrupts.install()
+    assert sys.unraisablehook is interrupts._hook and interrupts._previous == passed_on.append
+    dropped = SimpleNamespace(exc_type=KeyboardInterrupt, exc_value=KeyboardInterrupt(), exc_traceback=None, err_msg=None, object=Buffer.__del__)
+    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # CI may start with it ignored
+    try:
+        start = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            sys.unraisablehook(dropped)
+            time.sleep(5)  # the interrupt arrives in the sleep, a moment after the hook returned
+        assert time.perf_counter() - start < 2.5, "the interrupt did not wake a waiting main thread"
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
+    assert passed_on == []
+    elsewhere = SimpleNamespace(**(vars(dropped) | {"object": len}))
+    sys.unraisablehook(elsewhere)
+    other_error = SimpleNamespace(**(vars(dropped) | {"exc_type": ValueError}))
+    sys.unraisablehook(other_error)
+    assert passed_on == [elsewhere, other_error]

@@ -36,8 +36,10 @@ from turbine.eager.fallback import TurbineFallbackWarning, fallback
 from turbine.eager.mode import enable_in_thread
 from turbine.eager.profiling import Profile, profile
 from turbine.errors import CompileError, DeviceNotFoundError, TurbineError, UnsupportedDtypeError, UnsupportedOpError
+from turbine import interrupts
 
 logging.getLogger("turbine").addHandler(logging.NullHandler())
+interrupts.install()
 
 __version__ = "0.1.0"
 
