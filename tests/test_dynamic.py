@@ -386,7 +386,7 @@ def test_plans_and_bundles_hold_dynamic_kernels_for_the_next_process(tmp_path):
     assert first["kernels_compiled"] > 0
     assert bundles.wait_for_builders(tmp_path, timeout=300)
     assert list(tmp_path.glob("kernels/*/*.bundle")), "no bundle was built"
-    second = _process(tmp_path, 6, 9, 23, 2, 41)
+    second = _process(tmp_path, 6, 9, 23, 2, 41, 1)
     assert second["kernels_compiled"] == 0
     assert second["plans_from_disk"] > 0 and second["bundles_loaded"] == 1
 

@@ -12,6 +12,7 @@ is, ordered by torch's stream, with no host wait.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -20,7 +21,8 @@ from turbine.device import Buffer, Device, export_capsule, import_capsule
 from turbine.eager import host
 from turbine.eager.dtypes import ELEMENT_TYPES, STORAGE_ONLY
 from turbine.eager.executors.base import Executor
-from turbine.eager.tensor import DeviceTensor, Storage
+from turbine.eager.tensor import DenseLayout, DeviceTensor
+from turbine.eager.tensor import torch_device as turbine_device
 
 
 class TorchKernel(Executor):
@@ -104,17 +106,21 @@ def shared_view(tensor: DeviceTensor) -> torch.Tensor:
     storage = tensor._storage
     buffer = storage.buffer
     parts = STORAGE_ONLY.get(storage.dtype)  # complex storage crosses DLPack as its real parts
-    flat = buffer.shared
-    if flat is None:
+    whole = buffer.shared
+    if whole is None:
         count = storage.numel * (2 if parts else 1)
-        flat = buffer.shared = torch.from_dlpack(export_capsule(buffer, count, ELEMENT_TYPES[parts or storage.dtype]))
+        whole = buffer.shared = torch.from_dlpack(export_capsule(buffer, count, ELEMENT_TYPES[parts or storage.dtype]))
     elif isinstance(buffer, TorchBuffer) and buffer.stream is not None:
-        current = _stream_key(flat)
+        current = _stream_key(whole)
         if current != buffer.stream:
             _stream(current).wait_stream(_stream(buffer.stream))
     if parts:
-        flat = torch.view_as_complex(flat.view(-1, 2))
-    return flat.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+        return torch.view_as_complex(whole.view(-1, 2)).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+    if tensor._dense and whole.numel() == storage.numel:  # the whole buffer in the tensor's shape,
+        if whole.shape != tensor._key[0]:  # kept as the buffer's view for the next read
+            whole = buffer.shared = whole.view(tensor._key[0])
+        return whole
+    return whole.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
 
 def finish_reads(inputs: list[DeviceTensor]) -> None:
@@ -156,8 +162,16 @@ _streams: dict[tuple[int, int, int], Any] = {}
 
 def adopt(result: torch.Tensor, device: Device) -> DeviceTensor:
     """A torch result as a DeviceTensor over the same memory (IREE takes it when it needs it)."""
-    dense = result.resolve_conj().resolve_neg().contiguous()  # torch's lazy conj/neg bits, made real
-    flat = (torch.view_as_real(dense) if dense.dtype in STORAGE_ONLY else dense).reshape(-1)
-    if flat.storage_offset():  # views of the buffer count their offsets from its start
-        flat = flat.clone()
-    return DeviceTensor(Storage(device, dense.dtype, dense.numel(), TorchBuffer(device, flat)), tuple(dense.shape))
+    if result.is_conj() or result.is_neg():  # torch's lazy conj/neg bits, made real
+        result = result.resolve_conj().resolve_neg()
+    dense = result.contiguous()
+    shared = torch.view_as_real(dense) if dense.dtype in STORAGE_ONLY else dense
+    if shared.storage_offset():  # views of the buffer count their offsets from its start
+        shared = shared.clone()
+    return _layout(tuple(dense.shape), dense.dtype).make(TorchBuffer(device, shared), None, turbine_device(device))
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout(sizes: tuple[int, ...], dtype: torch.dtype) -> DenseLayout:
+    """The layout of a dense result of these sizes (kept: making one costs a microsecond)."""
+    return DenseLayout(sizes, dtype)
