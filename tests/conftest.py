@@ -61,10 +61,12 @@ def _seed():
 @pytest.fixture(autouse=True)
 def _no_launch_outlives_its_test():
     """Ops whose kernels compile in the background launch when read; a test that never reads
-    them must not leave their compiles counting in the next test's stats."""
+    them must not leave their compiles counting in the next test's stats. Ops that ran on the
+    vendor while IREE's kernel compiled leave that compile running: it is waited for too."""
     yield
     with contextlib.suppress(Exception):
         deferred.flush_all()
+    kernel_cache.wait_for_compiles(timeout=600)
 
 
 @pytest.fixture

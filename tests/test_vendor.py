@@ -274,3 +274,17 @@ def test_timing_runs_bursts_of_calls_and_waits_once_per_burst(monkeypatch):
     assert len(calls) == (timed_plan.RUNS + 1) * timed_plan.BURST and last == [result]
     assert waits == [timed_plan.BURST * k for k in range(1, timed_plan.RUNS + 2)]  # once after each burst
     assert best > 0
+
+
+def test_a_compile_left_running_by_a_vendor_run_can_be_waited_for(vendor_on, fresh_cache, stats):
+    """The first call runs on the vendor while IREE's kernel compiles in the background; the
+    compile outlives the op, and ``wait_for_compiles`` returns once it is done (the test suite's
+    fixtures wait there, so that it does not count in the next test's stats)."""
+    from turbine.kernels_cache import kernel_cache
+
+    x = torch.randn(3, 5)
+    with override(background_compile=True):
+        before = stats()["kernels_compiled"]
+        torch.testing.assert_close(torch.tanh(x.to(D)).cpu(), torch.tanh(x))
+        assert kernel_cache.wait_for_compiles(timeout=300)
+        assert stats()["kernels_compiled"] == before + 1

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from typing import Callable, Protocol, Sequence
 
 from turbine.config import config
@@ -115,6 +116,7 @@ class KernelCache:
         self._choices: dict[tuple, dict | None] = {}  # keep_choice's, and None for keys looked up in vain
         self._compiling: dict[tuple, threading.Event] = {}  # keys a thread is compiling now
         self._compilers: ThreadPoolExecutor | None = None  # threads of ``start``, made at first need
+        self._started: set[Future] = set()  # compiles ``start`` handed to those threads, until done
 
     def clear_memory(self) -> None:
         """Forget every kernel and failure held in memory (the store is left alone)."""
@@ -172,7 +174,23 @@ class KernelCache:
         if entry is not None:
             return self._install(key, device, entry)
         future = self._compilers.submit(self._found_or_compiled, key, target, lower, describe, metadata or {})
+        with self._lock:
+            self._started.add(future)
+        future.add_done_callback(self._finished)
         return CompilingKernel(self, key, device, future)
+
+    def _finished(self, future: Future) -> None:
+        with self._lock:
+            self._started.discard(future)
+
+    def wait_for_compiles(self, timeout: float | None = None) -> bool:
+        """Wait until the compiles started in the background have finished; False if ``timeout``
+        seconds passed first. An op that ran on another executor meanwhile (the vendor's, while
+        IREE's kernel compiled) leaves its compile running after the op: tests wait here so that
+        it does not count in the next test's stats."""
+        with self._lock:
+            started = list(self._started)
+        return not futures_wait(started, timeout).not_done
 
     def _found_or_compiled(
         self, key: tuple, target: Target, lower: Callable[[], str] | Sequence[Callable[[], str]], describe: str, metadata: dict
