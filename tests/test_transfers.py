@@ -26,7 +26,8 @@ def test_chain_of_100_ops_makes_no_host_transfer(stats):
         expected = torch.tanh(expected @ w) * 1.5 + 0.1
         expected = expected - expected.mean(dim=1, keepdim=True)
     after_upload = 0
-    assert stats()["dispatches"] >= 100
+    on_device = stats()["dispatches"] + stats()["executors"].get("vendor", 0)  # IREE's kernels or torch's on the GPU
+    assert on_device >= 100
     assert stats()["host_transfers"] == after_upload
     result = y.cpu()
     assert stats()["host_transfers"] == after_upload + 1
