@@ -31,9 +31,18 @@ def mlp() -> tuple[torch.nn.Module, torch.nn.Module]:
     return model, copy.deepcopy(model).to(D)
 
 
+def on_device_only() -> tuple[dict, dict]:
+    """Copies of the fallback and host-op counters: unchanged while every op ran on the device."""
+    return dict(turbine.stats()["fallbacks"]), dict(turbine.stats()["host_ops"])
+
+
 def run(model, ours, batch: int) -> None:
+    """The MLP on a batch, torch's results, and no op left the device (a kernel that did not
+    compile cannot hide behind the fallback)."""
     x = torch.randn(batch, 12)
+    before = on_device_only()
     torch.testing.assert_close(ours(x.to(D)).cpu(), model(x), rtol=1e-4, atol=1e-5)
+    assert on_device_only() == before, "an op fell back or ran on the host"
 
 
 def test_after_a_second_batch_size_new_sizes_compile_nothing(fresh_cache, stats):
@@ -148,9 +157,10 @@ def test_size_one_trains_on_the_dynamic_kernels(fresh_cache, stats):
 
     for batch in (6, 9):
         step(batch)
-    compiled = stats()["kernels_compiled"]
+    compiled, before = stats()["kernels_compiled"], on_device_only()
     step(1)
     assert stats()["kernels_compiled"] == compiled
+    assert on_device_only() == before, "an op of batch 1 fell back or ran on the host"
 
 
 def test_off_compiles_a_kernel_per_size(fresh_cache, stats):

@@ -20,9 +20,9 @@ from turbine.eager.plans import layouts_of, outputs
 from turbine.eager.scalars import number_dtype
 from turbine.eager.schema import OpSchema, schema_of
 from turbine.eager.signature import Leaves
-from turbine.eager.traced_call import REDUCED, in_opmath, lowerings_of, traced_call
+from turbine.eager.traced_call import AS_IT_IS, DECOMPOSED, REDUCED, in_opmath, lowerings_of, traced_call
 from turbine.errors import CompileError
-from turbine.kernels_cache import kernel_cache, program_match
+from turbine.kernels_cache import Kernel, kernel_cache, program_match
 from turbine.kernels_cache.tracing import Dynamic, SymbolsMustMatch
 
 
@@ -143,12 +143,11 @@ def _dynamic_kernel_plan(
             dynamic_signature[slot] = key
         dynamic_signature = tuple(dynamic_signature)
         kernel = kernel_cache.stored(dynamic_signature, leaves.device)
+        inputs = traced + [((), d) for d in scalar_dtypes]
         if any(leaves.tensors[i].shape[d] == 1 for i, d in dims):
-            inputs = traced + [((), d) for d in scalar_dtypes]
             if kernel is None or not _serves(func, schema, args, kwargs, leaves, metas, inputs, kernel, (signature, dynamic_signature)):
                 return None  # the kernel is not known to be right at size 1: this call gets its own
         elif kernel is None:
-            inputs = traced + [((), d) for d in scalar_dtypes]
             lowerings = lowerings_of(func, schema, args, kwargs, leaves, metas, inputs)
             try:
                 first = _traced_first(lowerings)
@@ -170,7 +169,7 @@ def _dynamic_kernel_plan(
 
 
 def _serves(
-    func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list, kernel: Any, signatures: tuple
+    func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list, kernel: Kernel, signatures: tuple
 ) -> bool:
     """Whether the family's dynamic kernel computes this call, which has a size of 1 at one of
     its dynamic dims, as a kernel for the call's own sizes would: its trace and a static one
@@ -183,12 +182,12 @@ def _serves(
     kept = kernel_cache.choice(key, leaves.device)
     if kept is not None:
         return kept["served"]
-    served = alternative in (0, 1) and traced_at is not None and program_match.same_program(
+    served = alternative in (AS_IT_IS, DECOMPOSED) and traced_at is not None and program_match.same_program(
         traced_call(func, schema, args, kwargs, leaves, metas),
         inputs,
         traced_at,
         [tuple(m.shape) for m in metas if m is not None],
-        registry.decompositions() if alternative == 1 else None,
+        registry.decompositions() if alternative == DECOMPOSED else None,
     )
     kernel_cache.keep_choice(key, leaves.device, {"op": _describe(func, leaves), "served": served})
     return served

@@ -85,7 +85,7 @@ def in_opmath(func: Any, leaves: Leaves) -> bool:
     return not registry.has_trait(func, "native_precision") and any(t.dtype in REDUCED for t in leaves.tensors)
 
 
-def lowered_op(func: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+def _lowered_op(func: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
     """The overload a kernel plan traces: the op, or its twin taking runtime scalars as tensors,
     unless this call compiles one of them in (pow's exponent 2: the op itself then)."""
     schema = schema_of(func)
@@ -106,9 +106,15 @@ def _hinted(shape: Any) -> tuple:
     return tuple(d.node.hint if isinstance(d, torch.SymInt) else d for d in shape)
 
 
+#: Positions in ``lowerings_of``'s list (a kernel's metadata names the one it compiled from):
+#: the traced call as it is, and with the registry's decompositions.
+AS_IT_IS, DECOMPOSED = 0, 1
+
+
 def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list) -> list:
-    """The ways to lower the call, in order: the op as it is; then torch's decompositions of it,
-    where torch has some; then, for 0-d inputs, the op on 1-d ones."""
+    """The ways to lower the call, in order: the op as it is (``AS_IT_IS``); then torch's
+    decompositions of it, where torch has some (``DECOMPOSED``); then, for 0-d inputs, the op on
+    1-d ones."""
     traced = traced_call(func, schema, args, kwargs, leaves, metas)
     count = len(leaves.tensors)
     result_shapes = [tuple(m.shape) for m in metas if m is not None]
@@ -141,7 +147,7 @@ def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
 def traced_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list) -> Callable:
     """The function a kernel of the call traces: the op (or its correction) on the kernel's
     inputs, tensors then runtime scalars, its results in the meta call's dtypes."""
-    target = lowered_op(func, args, kwargs)
+    target = _lowered_op(func, args, kwargs)
     target = registry.correction(target) or target
     count = len(leaves.tensors)
     result_dtypes = [m.dtype for m in metas if m is not None]
