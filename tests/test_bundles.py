@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import filelock
@@ -255,21 +256,52 @@ def test_one_builder_per_cache_directory_takes_the_queued_jobs(tmp_path, monkeyp
         assert "building   0 bundles now, 2 queued: 2 kernels" in capsys.readouterr().out
         bundles._run_builder(tmp_path)  # a second builder leaves at once: the lock is taken
         assert len(bundles.building(tmp_path)) == 2
+    built = []
+    monkeypatch.setattr(bundles, "build", lambda store, digests: built.append(digests))
     bundles._run_builder(tmp_path)  # the builder takes every queued job, oldest first
+    assert built == [["a", "b"], ["c", "d", "e"]]
     assert bundles.building(tmp_path) == []
     bundles.start_builder(store, ["f", "g"])
     assert len(started) == 1  # no builder at work: one starts
+
+
+def test_a_job_queued_while_the_builder_lets_go_of_its_lock_is_built(tmp_path, monkeypatch):
+    """A process that exits just as the builder finds no job left sees the lock still held and
+    starts no builder: the builder looks again after letting the lock go."""
+    from turbine.kernels_cache.store import DiskStore
+
+    store = DiskStore(tmp_path, 2**30)
+    monkeypatch.setattr(bundles.subprocess, "Popen", lambda *args, **kwargs: None)
+    built = []
+    monkeypatch.setattr(bundles, "build", lambda store, digests: built.append(digests))
+    queued_late = []
+
+    class LateQueueLock(filelock.FileLock):
+        def release(self, *args, **kwargs):
+            if not queued_late:  # the other process queues while this builder still holds the lock
+                queued_late.append(True)
+                bundles.start_builder(store, ["late", "job"])
+            return super().release(*args, **kwargs)
+
+    monkeypatch.setattr(bundles.filelock, "FileLock", LateQueueLock)
+    bundles.start_builder(store, ["first", "job"])
+    bundles._run_builder(tmp_path)
+    assert built == [["first", "job"], ["late", "job"]]
+    assert bundles.building(tmp_path) == []
 
 
 def test_a_builder_holds_back_while_a_process_compiles_in_the_foreground(tmp_path, monkeypatch):
     from turbine.kernels_cache.store import DiskStore
 
     store = DiskStore(tmp_path, 2**30)
-    monkeypatch.setattr(bundles, "_FOREGROUND_SECONDS", 0.5)
+    monkeypatch.setattr(bundles, "_FOREGROUND_SECONDS", 5.0)
     bundles.compiling_in_foreground(store)
     waiting = threading.Thread(target=bundles._wait_for_foreground, args=(store,))
     waiting.start()
-    waiting.join(0.1)
+    waiting.join(0.2)
     assert waiting.is_alive()  # the note is fresh: the builder waits
+    stale = time.time() - 60
+    for note in (tmp_path / "foreground").iterdir():
+        os.utime(note, (stale, stale))  # the foreground process stopped compiling a while ago
     waiting.join(30)
     assert not waiting.is_alive()  # the note went stale: it goes on

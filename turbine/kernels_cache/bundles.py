@@ -212,25 +212,25 @@ def _wait_for_foreground(store: DiskStore) -> None:
 
 
 def _run_builder(root: Path) -> None:
-    """The builder process: the queued jobs, oldest first, until none is left; one builder per
-    cache directory (the lock), at low priority, each compile held back while a foreground
-    process compiles."""
-    with contextlib.suppress(OSError):
-        os.nice(10)
+    """The builder: the queued jobs, oldest first, until none is left; one builder per cache
+    directory (the lock), each compile held back while a foreground process compiles.
+
+    A process that queued a job while this builder held the lock saw it at work and started none:
+    so after letting the lock go, the builder looks once more, and goes on if a job came."""
     store = DiskStore(root, config.cache_max_bytes)
     lock = filelock.FileLock(str(root / ".bundle.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        return  # another builder is at work and will take the queued jobs
-    try:
-        while True:
-            jobs = sorted((root / "building").glob("*.json"))
-            if not jobs:
-                return
-            _run_job(store, jobs[0])
-    finally:
-        lock.release()
+    while True:
+        try:
+            lock.acquire(timeout=0)
+        except filelock.Timeout:
+            return  # another builder is at work and will take the queued jobs
+        try:
+            while jobs := sorted((root / "building").glob("*.json")):
+                _run_job(store, jobs[0])
+        finally:
+            lock.release()
+        if not any((root / "building").glob("*.json")):
+            return
 
 
 def _run_job(store: DiskStore, job: Path) -> None:
@@ -249,5 +249,7 @@ def _run_job(store: DiskStore, job: Path) -> None:
                 done.unlink()
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the detached builder process, at low priority
+    with contextlib.suppress(OSError):
+        os.nice(10)
     _run_builder(Path(sys.argv[1]))
