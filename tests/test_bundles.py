@@ -274,18 +274,19 @@ def test_a_job_queued_while_the_builder_lets_go_of_its_lock_is_built(tmp_path, m
     monkeypatch.setattr(bundles.subprocess, "Popen", lambda *args, **kwargs: None)
     built = []
     monkeypatch.setattr(bundles, "build", lambda store, digests: built.append(digests))
+    bundles.start_builder(store, ["first", "job"])
     queued_late = []
 
     class LateQueueLock(filelock.FileLock):
         def release(self, *args, **kwargs):
-            if not queued_late:  # the other process queues while this builder still holds the lock
-                queued_late.append(True)
+            if not queued_late and self.is_locked:  # the builder, done, lets go of its lock, and
+                queued_late.append(True)  # meanwhile another process queues a job
                 bundles.start_builder(store, ["late", "job"])
             return super().release(*args, **kwargs)
 
     monkeypatch.setattr(bundles.filelock, "FileLock", LateQueueLock)
-    bundles.start_builder(store, ["first", "job"])
     bundles._run_builder(tmp_path)
+    assert queued_late
     assert built == [["first", "job"], ["late", "job"]]
     assert bundles.building(tmp_path) == []
 
