@@ -149,3 +149,21 @@ def test_negative_indices_count_from_the_end_where_the_op_allows_them():
             torch.testing.assert_close(x.to(D).index_fill(0, i.to(D), 3.0).cpu(), x.index_fill(0, i, 3.0))
             torch.testing.assert_close(torch.take(x.to(D), i.to(D)).cpu(), torch.take(x, i))
             torch.testing.assert_close(x.to(D)[i.to(D)].cpu(), x[i])
+
+
+def test_ignored_targets_and_bags_out_of_range_give_torchs_results_and_errors():
+    """nll_loss skips targets equal to ``ignore_index`` (-100 by default, outside the class range)
+    instead of reporting them; an embedding_bag index out of range raises torch's own error
+    (torch's CPU kernel checks it: fallback._refuses_an_index re-raises that)."""
+    scores = torch.randn(4, 3).log_softmax(1)
+    target = torch.tensor([0, -100, 2, -100])
+    torch.testing.assert_close(F.nll_loss(scores.to(D), target.to(D)).cpu(), F.nll_loss(scores, target))
+    with pytest.raises(IndexError, match="Target 7 is out of bounds"):
+        F.nll_loss(scores.to(D), torch.tensor([0, 7, 1, 1], device=D)).cpu()
+    weight = torch.randn(5, 2)
+    with pytest.raises(RuntimeError, match="takes value 9 which is not in the valid range"):
+        F.embedding_bag(torch.tensor([1, 9], device=D), weight.to(D), torch.tensor([0], device=D)).cpu()
+    bags = torch.tensor([1, 4, 0])
+    torch.testing.assert_close(
+        F.embedding_bag(bags.to(D), weight.to(D), torch.tensor([0, 2], device=D)).cpu(), F.embedding_bag(bags, weight, torch.tensor([0, 2]))
+    )

@@ -9,12 +9,14 @@ checks in its own handler (eager/ops/indexing.py), through :func:`check_indexing
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch
 
 from turbine.eager.index_checks import checked
 from turbine.eager.registry import Continue, declare
+from turbine.eager.schema import schema_of
 from turbine.eager.tensor import DeviceTensor
 
 aten = torch.ops.aten
@@ -29,92 +31,88 @@ def _out_of_range_in_self(dim: int, size: int) -> Callable[[int], BaseException]
     return lambda value: IndexError("index out of range in self")
 
 
-def _out_of_the_flat_tensor(dim: int, size: int) -> Callable[[int], BaseException]:
-    return lambda value: IndexError(f"out of range: tried to access index {value} on a tensor of {size} elements.")
-
-
-#: Ops whose index is the argument at ``position`` and indexes ``dim`` (at ``dim_position``) of
-#: the first argument: op -> (position, dim_position, negatives allowed, error maker).
+#: Ops whose ``index`` (third argument) indexes ``dim`` (second) of the first argument:
+#: op -> (negatives allowed, error maker).
 _ALONG_A_DIM = {
-    aten.gather.default: (2, 1, False, _out_of_bounds(RuntimeError)),
-    aten.scatter.src: (2, 1, False, _out_of_bounds(RuntimeError)),
-    aten.scatter.value: (2, 1, False, _out_of_bounds(RuntimeError)),
-    aten.scatter.reduce: (2, 1, False, _out_of_bounds(RuntimeError)),
-    aten.scatter.value_reduce: (2, 1, False, _out_of_bounds(RuntimeError)),
-    aten.scatter_add.default: (2, 1, False, _out_of_bounds(RuntimeError)),
-    aten.scatter_reduce.two: (2, 1, False, _out_of_bounds(RuntimeError)),
-    aten.index_select.default: (2, 1, False, _out_of_range_in_self),
-    aten.index_add.default: (2, 1, False, _out_of_range_in_self),
-    aten.index_reduce.default: (2, 1, False, _out_of_range_in_self),
-    aten.index_copy.default: (2, 1, False, _out_of_bounds(IndexError, "index_copy_(): ")),
-    aten.index_fill.int_Scalar: (2, 1, True, _out_of_bounds(IndexError)),
-    aten.index_fill.int_Tensor: (2, 1, True, _out_of_bounds(IndexError)),
+    aten.gather.default: (False, _out_of_bounds(RuntimeError)),
+    aten.scatter.src: (False, _out_of_bounds(RuntimeError)),
+    aten.scatter.value: (False, _out_of_bounds(RuntimeError)),
+    aten.scatter.reduce: (False, _out_of_bounds(RuntimeError)),
+    aten.scatter.value_reduce: (False, _out_of_bounds(RuntimeError)),
+    aten.scatter_add.default: (False, _out_of_bounds(RuntimeError)),
+    aten.scatter_reduce.two: (False, _out_of_bounds(RuntimeError)),
+    aten.index_select.default: (False, _out_of_range_in_self),
+    aten.index_add.default: (False, _out_of_range_in_self),
+    aten.index_reduce.default: (False, _out_of_range_in_self),
+    aten.index_copy.default: (False, _out_of_bounds(IndexError, "index_copy_(): ")),
+    aten.index_fill.int_Scalar: (True, _out_of_bounds(IndexError)),
+    aten.index_fill.int_Tensor: (True, _out_of_bounds(IndexError)),
 }
 
 
-def _argument(args: tuple, kwargs: dict, func: Any, position: int) -> Any:
-    name = func._schema.arguments[position].name
+def _argument(args: tuple, kwargs: dict, func: Any, name: str) -> Any:
+    """The call's argument ``name``, given by position or keyword."""
+    position = schema_of(func).names.index(name)
     return args[position] if position < len(args) else kwargs.get(name)
 
 
-def _replaced(args: tuple, kwargs: dict, func: Any, position: int, value: Any) -> tuple[tuple, dict]:
+def _replaced(args: tuple, kwargs: dict, func: Any, name: str, value: Any) -> tuple[tuple, dict]:
+    """The call's arguments with ``name`` replaced by ``value``."""
+    position = schema_of(func).names.index(name)
     if position < len(args):
         return args[:position] + (value,) + args[position + 1 :], kwargs
-    return args, {**kwargs, func._schema.arguments[position].name: value}
+    return args, {**kwargs, name: value}
 
 
 def _along_a_dim(func: Any, args: tuple, kwargs: dict) -> Continue:
-    position, dim_position, negatives, error = _ALONG_A_DIM[func]
-    source, index = args[0], _argument(args, kwargs, func, position)
+    negatives, error = _ALONG_A_DIM[func]
+    source, index = args[0], _argument(args, kwargs, func, "index")
     if not isinstance(index, DeviceTensor):
         return Continue(args, kwargs)
-    dim = _argument(args, kwargs, func, dim_position)
-    dim = dim % max(source.dim(), 1)
+    dim = _argument(args, kwargs, func, "dim") % max(source.dim(), 1)
     size = source.shape[dim] if source.dim() else 1
     safe = checked(index, -size if negatives else 0, size, error(dim, size))
-    return Continue(*_replaced(args, kwargs, func, position, safe))
+    return Continue(*_replaced(args, kwargs, func, "index", safe))
 
 
 def _flat_index(func: Any, args: tuple, kwargs: dict) -> Continue:
     """``take`` and ``put``: indices into the tensor as if it were flat."""
-    source, index = args[0], _argument(args, kwargs, func, 1)
+    source, index = args[0], _argument(args, kwargs, func, "index")
     if not isinstance(index, DeviceTensor):
         return Continue(args, kwargs)
     size = source.numel()
-    return Continue(*_replaced(args, kwargs, func, 1, checked(index, -size, size, _out_of_the_flat_tensor(0, size))))
+    error = lambda value: IndexError(f"out of range: tried to access index {value} on a tensor of {size} elements.")  # noqa: E731
+    return Continue(*_replaced(args, kwargs, func, "index", checked(index, -size, size, error)))
 
 
 def _embedding(func: Any, args: tuple, kwargs: dict) -> Continue:
-    weight, indices = args[0], _argument(args, kwargs, func, 1)
+    weight, indices = args[0], _argument(args, kwargs, func, "indices")
     if not isinstance(indices, DeviceTensor):
         return Continue(args, kwargs)
     size = weight.shape[0]
-    return Continue(*_replaced(args, kwargs, func, 1, checked(indices, 0, size, _out_of_range_in_self(0, size))))
+    return Continue(*_replaced(args, kwargs, func, "indices", checked(indices, 0, size, _out_of_range_in_self(0, size))))
 
 
 def _nll_loss(func: Any, args: tuple, kwargs: dict) -> Continue:
     """Class targets lie in ``[0, classes)``, except those equal to ``ignore_index``."""
-    position = 2 if "backward" in func._schema.name else 1
-    scores, target = args[position - 1], _argument(args, kwargs, func, position)
+    scores, target = _argument(args, kwargs, func, "self"), _argument(args, kwargs, func, "target")
     if not isinstance(target, DeviceTensor):
         return Continue(args, kwargs)
     classes = scores.shape[-1] if scores.dim() == 1 else scores.shape[1]
-    ignore = _argument(args, kwargs, func, len(func._schema.arguments) - (2 if "backward" in func._schema.name else 1))
+    ignore = _argument(args, kwargs, func, "ignore_index")
     safe = checked(target, 0, classes, lambda value: IndexError(f"Target {value} is out of bounds."), ignore=int(ignore))
-    return Continue(*_replaced(args, kwargs, func, position, safe))
+    return Continue(*_replaced(args, kwargs, func, "target", safe))
 
 
 def _max_unpool(func: Any, args: tuple, kwargs: dict) -> Continue:
     """Pooling indices point into each output plane (``output_size`` elements)."""
-    indices, output_size = args[1], [int(size) for size in _argument(args, kwargs, func, 2)]
+    indices, output_size = _argument(args, kwargs, func, "indices"), [int(size) for size in _argument(args, kwargs, func, "output_size")]
     if not isinstance(indices, DeviceTensor):
         return Continue(args, kwargs)
-    plane = 1
-    for size in output_size:
-        plane *= size
+    plane = math.prod(output_size)
     sizes = "x".join(str(size) for size in output_size)
     error = lambda value: RuntimeError(f"Found an invalid max index: {value} (output volumes are of size {sizes})")  # noqa: E731
-    return Continue(*_replaced(args, kwargs, func, 1, checked(indices, 0, plane, error)))
+    return Continue(*_replaced(args, kwargs, func, "indices", checked(indices, 0, plane, error)))
 
 
 def check_indexing(source: DeviceTensor, indices: list) -> list:
