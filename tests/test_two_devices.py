@@ -150,3 +150,20 @@ def test_interleaved_streams_on_both_devices_keep_their_order(pair):
     turbine.synchronize(pair[0])
     turbine.synchronize(pair[1])
     torch.testing.assert_close(x.cpu(), expected)
+
+
+def test_copy_into_a_tensor_of_the_other_device_stays_off_the_host_where_torch_runs_both(pair, stats):
+    """``dst.copy_(src)`` across the two devices takes the same device-to-device copy as ``.to()``."""
+    with override(executors="all" if pair[0] == "turbine:cpu" else "auto"):
+        source = torch.randn(3, 4).to(pair[0])
+        destination = torch.zeros(3, 4, device=pair[1])
+        turbine.reset_stats()
+        destination.copy_(source)
+        assert stats()["host_transfers"] == 0 and stats()["device_copies"] == 1
+        torch.testing.assert_close(destination.cpu(), source.cpu())
+    with override(executors="iree"):  # no torch kernels: through the host, counted
+        source = torch.randn(3, 4).to(pair[0])
+        turbine.reset_stats()
+        destination.copy_(source)
+        assert stats()["host_transfers"] >= 2 and stats()["device_copies"] == 0
+        torch.testing.assert_close(destination.cpu(), source.cpu())

@@ -28,15 +28,20 @@ def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
             args = (aten._to_copy.default(source, dtype=torch.int32),) + tuple(args[1:])
         return Continue(args, {k: v for k, v in kwargs.items() if k != "device"})
     if target.type == "turbine" and dtype == source.dtype:
-        moved = _device_to_device(source, by_index(target.index))
-        if moved is not None:
-            return moved
+        return _moved(source, by_index(target.index))
     host_copy = to_host(source).to(dtype)
     if target.type == "cpu":
         return host_copy
     if target.type == "turbine":
         return to_device(host_copy, by_index(target.index))
     raise RuntimeError(f"turbine cannot copy a tensor to {target}; copy it to the CPU first (.cpu())")
+
+
+def _moved(source: DeviceTensor, target: Device) -> DeviceTensor:
+    """``source``'s values on another turbine device: device to device where torch can copy
+    them (:func:`_device_to_device`), else through the host."""
+    moved = _device_to_device(source, target)
+    return moved if moved is not None else to_device(to_host(source), target)
 
 
 def _device_to_device(source: DeviceTensor, target: Device) -> DeviceTensor | None:
@@ -63,7 +68,7 @@ def _copy_(func: Any, args: tuple, kwargs: dict) -> Any:
         write(destination, to_device(values, device))
         return destination
     if source._storage.device is not device:
-        source = to_device(to_host(source), device)
+        source = _moved(source, device)
     return Continue((destination, source) + tuple(args[2:]), kwargs)
 
 
