@@ -205,7 +205,30 @@ def test_a_vendor_result_read_on_another_torch_stream(vendor_wins):
     torch.testing.assert_close((product @ bd).cpu(), (a @ b) @ b, atol=1e-2, rtol=1e-3)
 
 
-def test_timing_chooses_between_cublas_and_iree_for_a_real_matmul(stats):
+def test_memory_torch_still_reads_goes_back_to_iree_only_when_torch_is_done(vendor_wins):
+    """A torch kernel queued behind a long one reads an IREE buffer whose tensor is dropped at
+    once: the memory is kept (device/retired.py) while IREE allocates and fills new buffers of the
+    same size, and torch's result is still the data it was given."""
+    import gc
+
+    (torch.randn(1024, 1024).to(GPU) * 2).cpu()  # the timing is done: the vendor runs the next one
+    x = torch.randn(1024, 1024)
+    xd = x.to(GPU)  # IREE's memory
+    device = xd._storage.device
+    torch.cuda._sleep(100_000_000)  # about 50 ms of torch's stream before its read of xd
+    y = xd * 2
+    del xd
+    gc.collect()
+    assert len(device.retired) >= 1, "the memory went back to IREE while torch's read was queued"
+    fills = [torch.full((1024, 1024), 7.0).to(GPU) for _ in range(8)]  # IREE's new buffers
+    torch.testing.assert_close(y.cpu(), x * 2)
+    assert all(float(f[0, 0].cpu()) == 7.0 for f in fills)
+    turbine.synchronize(GPU)
+    assert len(device.retired) == 0, "kept memory outlived a synchronize"
+
+
+def test_timing_chooses_between_cublas_and_iree_for_a_real_matmul(fresh_cache, stats):
+    """On an empty cache (no earlier test's plan or kept choice): one mm plan, timed on both."""
     from turbine.config import override
     from turbine.eager.dispatch import plans
     from turbine.eager.timed_plan import TimedPlan

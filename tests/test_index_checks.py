@@ -66,6 +66,12 @@ def _outcome(fn, *tensors: torch.Tensor) -> tuple[str, object]:
         return type(error).__name__, re.sub(r"-?\d+", "N", str(error).splitlines()[0])
 
 
+def _as_turbine_words_it(name: str, outcome: tuple[str, object]) -> tuple[str, object]:
+    """torch's CPU error, except index_select's, which torch's CPU kernel words by layout
+    ("INDICES element is out of DATA bounds"): turbine gives torch's other devices' words."""
+    return ("IndexError", "index out of range in self") if name == "index_select" else outcome
+
+
 @settings(max_examples=int(os.environ.get("TURBINE_INDEX_EXAMPLES", "40")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(
@@ -87,12 +93,35 @@ def test_an_index_op_matches_torch_in_range_and_out(name, size, entries):
     if expected[0] == "value":
         assert ours[0] == "value", f"{name}{entries} on size {size}: torch gave a value, turbine {ours}"
         torch.testing.assert_close(ours[1], expected[1])
-    elif name == "index_select":  # torch's CPU kernel words it by layout ("INDICES element is out of DATA bounds")
-        assert ours == ("IndexError", "index out of range in self"), ours
     else:
-        assert ours == expected, f"{name}{entries} on size {size}"
+        assert ours == _as_turbine_words_it(name, expected), f"{name}{entries} on size {size}"
     if name != "embedding_bag":  # IREE 3.13 cannot compile it: torch's kernel runs it, and checks
         assert not turbine.stats()["fallbacks"], turbine.stats()["fallbacks"]  # IREE's kernels ran it, checked
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_a_backward_through_an_index_out_of_range_neither_crashes_nor_hides_the_error(name):
+    """Autograd keeps the indices as the caller gave them, so the backward ops get the bad entry
+    too (torch's CPU kernel for embedding_bag's gradient wrote outside its tensor on it: a crash);
+    each backward op checks again, and the first read raises torch's error for the forward."""
+    x = torch.arange(4.0).to(D).requires_grad_()
+    m = torch.arange(12.0).reshape(3, 4).to(D).requires_grad_()
+    index = torch.tensor([1, 19])
+    expected = _outcome(OPS[name], torch.arange(4.0), torch.arange(12.0).reshape(3, 4), index)
+    assert expected[0] != "value", expected
+    with contextlib.suppress(IndexError, RuntimeError):
+        turbine.synchronize(D)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+
+        def forward_and_backward(x, m, i):
+            out = OPS[name](x, m, i)
+            if out.requires_grad:
+                out.float().sum().backward()
+            return torch.stack([x.grad.sum() if x.grad is not None else x.sum(), m.grad.sum() if m.grad is not None else m.sum()])
+
+        assert _outcome(forward_and_backward, x, m, index.to(D)) == _as_turbine_words_it(name, expected)
+    torch.testing.assert_close((x * 2).cpu(), torch.arange(4.0) * 2)  # the device runs on
 
 
 def test_the_error_comes_at_the_next_read_and_the_device_runs_on():

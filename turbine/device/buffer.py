@@ -37,14 +37,14 @@ class Buffer:
         #: Another library's view of the same memory, once one was made (eager's torch tensor
         #: through DLPack): kept with the buffer, since its contents never change.
         self.shared = None
-        #: What another library's last read of the memory is awaited by (an object whose
-        #: ``synchronize()`` returns once that read is done, such as a torch CUDA event), else None.
+        #: Who else read the memory (another library's streams: eager's TorchReads), else None;
+        #: as the buffer dies, its ``retire()`` gives what tells when those reads are done.
         self.reader = None
 
     def __del__(self) -> None:
         self.device.memory.released(self.nbytes)
-        if self.reader is not None:  # the memory goes back to IREE once this buffer is gone
-            self.reader.synchronize()
+        if self.reader is not None:  # the memory goes back to IREE once those reads are done
+            self.device.retired.keep(self.reader.retire(), (self.hal, self.shared))
 
     def wait(self) -> None:
         """Block the host until the buffer's producer finished (a failed kernel raises here)."""

@@ -18,6 +18,7 @@ from turbine.device import cuda_context, failures
 from turbine.device.buffer import read_report
 from turbine.device.memory import Memory
 from turbine.device.names import DeviceSpec
+from turbine.device.retired import Retired
 from turbine.errors import OutOfMemoryError
 
 
@@ -110,6 +111,8 @@ class Device:
         self.lost: str | None = None
         #: The CUDA context IREE made current when it opened the device (device/cuda_context.py).
         self._cuda_context = cuda_context.current() if spec.kind == "cuda" else None
+        #: Memory dropped while another library's streams may still read it (device/retired.py).
+        self.retired = Retired()
         #: Reports of checks made on the device, read at the next read from it (``expect``).
         self._expected: collections.deque[tuple[Any, Callable[[Any], BaseException | None]]] = collections.deque()
 
@@ -183,6 +186,7 @@ class Device:
             with self._dropping:
                 if launched and launched[0] is fence:
                     launched.popleft()
+        self.retired.let_go()
         self.raise_expected()
 
     def settle(self, fence: rt.HalFence) -> None:

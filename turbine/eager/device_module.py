@@ -50,6 +50,7 @@ def synchronize(device: DeviceLike = None) -> None:
     target.synchronize()
     if target.kind == "cuda" and torch.cuda.is_available():
         torch.cuda.synchronize(target.spec.ordinal)
+        target.retired.let_go()  # torch's reads are done: their memory goes back to IREE
 
 
 class Stream(streams.Stream):

@@ -8,7 +8,8 @@ torch's rules and errors) first goes through one small kernel, which gives
 - the index with every entry outside its range replaced by 0 and every negative one (where the
   op allows them) counted from the end, so that the op's own kernel reads and writes only inside
   its tensors; and
-- a report of two numbers: how many entries were out of range, and the first of them.
+- a report of three numbers: how many entries were out of range, the first of them, and its
+  position (torch names it in some errors).
 
 The device keeps the report, and the next read from it (``.cpu()``, ``.item()``, printing,
 ``turbine.synchronize()``) reads it and raises torch's error for the op, as CUDA reports
@@ -34,8 +35,9 @@ from turbine.device import ready_fence, view_of
 from turbine.kernels_cache import kernel_cache
 from turbine.kernels_cache.tracing import Dynamic
 
-#: How a check names an out-of-range entry: the entry's value -> torch's error for the op.
-Error = Callable[[int], BaseException]
+#: How a check names an out-of-range entry: (its value, its position in the flattened index) ->
+#: torch's error for the op.
+Error = Callable[[int, int], BaseException]
 
 #: The values ``TURBINE_CHECK_INDICES`` takes.
 MODES = ("lazy", "eager")
@@ -65,8 +67,8 @@ def checked(index: DeviceTensor, low: int, high: int, error: Error, ignore: int 
 
 
 def _error(raw: np.ndarray, error: Error) -> BaseException | None:
-    bad, first = raw.view(np.int64)[:2]
-    return error(int(first)) if bad else None
+    bad, value, position = raw.view(np.int64)[:3]
+    return error(int(value), int(position)) if bad else None
 
 
 def _kernel(dtype: torch.dtype, count: int, device) -> object:
@@ -84,10 +86,10 @@ def _kernel(dtype: torch.dtype, count: int, device) -> object:
         positions = torch.arange(index.shape[0], dtype=torch.int64)
         first = torch.where(bad, positions, index.shape[0]).amin()
         value = torch.where(positions == first, wide, 0).sum()  # the first bad entry (no gather: 0-d indices do not trace)
-        return safe, torch.stack([bad.sum(), value])
+        return safe, torch.stack([bad.sum(), value, first])
 
     return kernel_cache.kernel(
-        ("turbine.index_check", 3, str(dtype), "any" if count >= 2 else 1),
+        ("turbine.index_check", 4, str(dtype), "any" if count >= 2 else 1),
         device,
         lambda: lower(check, [((length,), dtype), ((3,), torch.int64)]),
         f"index check of {dtype} indices",

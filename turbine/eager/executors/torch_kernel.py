@@ -124,21 +124,49 @@ def shared_view(tensor: DeviceTensor) -> torch.Tensor:
 
 
 def finish_reads(inputs: list[DeviceTensor]) -> None:
-    """Keep IREE's memory that a torch kernel read until torch's stream has read it.
+    """Keep IREE's memory that a torch kernel read until torch's streams have read it.
 
     torch frees a DLPack view's memory (hands the buffer back to IREE) as soon as the view dies,
     whatever its stream still has to read, and IREE may then give the memory to its next result:
-    so each IREE buffer a torch kernel read on a GPU holds an event recorded after its latest read
-    (one event per buffer, recorded again at each read), and its release waits for that event
-    (device/buffer.py). Inputs that are torch's own memory need none: torch's allocator orders
-    their reuse on its stream.
+    so each IREE buffer a torch kernel read on a GPU notes the streams that read it
+    (:class:`TorchReads`), and as it dies its memory waits for them (device/retired.py). Inputs
+    that are torch's own memory need none: torch's allocator orders their reuse on its stream.
     """
     for tensor in inputs:
         buffer = tensor._storage.buffer
         if not isinstance(buffer, TorchBuffer) and tensor._storage.device.kind == "cuda":
-            if buffer.reader is None:
-                buffer.reader = torch.cuda.Event()
-            buffer.reader.record(_stream(_stream_key(buffer.shared)))
+            key = _stream_key(buffer.shared)
+            reads = buffer.reader
+            if reads is None:
+                buffer.reader = TorchReads(key)
+            elif key not in reads.streams:
+                reads.streams.append(key)
+
+
+class TorchReads:
+    """The torch streams that read an IREE buffer (their keys): as the buffer dies, an event on
+    each, recorded then, marks the end of every read queued there (device/retired.py)."""
+
+    __slots__ = ("streams", "_events")
+
+    def __init__(self, stream: tuple[int, int, int]) -> None:
+        self.streams = [stream]
+        self._events: list[torch.cuda.Event] = []
+
+    def retire(self) -> "TorchReads":
+        """Mark the streams' current ends (the buffer is dying: no read comes after)."""
+        for key in self.streams:
+            event = torch.cuda.Event()
+            event.record(_stream(key))
+            self._events.append(event)
+        return self
+
+    def query(self) -> bool:
+        return all(event.query() for event in self._events)
+
+    def synchronize(self) -> None:
+        for event in self._events:
+            event.synchronize()
 
 
 def _stream_key(tensor: torch.Tensor) -> tuple[int, int, int]:

@@ -25,7 +25,6 @@ import torch
 
 from turbine.config import config
 from turbine.device import Device
-from turbine.eager import host
 from turbine.eager.executors.torch_kernel import TorchKernel, adopt, finish_reads, shared_view, torch_device
 from turbine.eager.tensor import DeviceTensor
 
@@ -61,33 +60,29 @@ class VendorKernel(TorchKernel):
 
     def run(self, func: Any, args: tuple, kwargs: dict, device: Device | None) -> Any:
         """The op on torch tensors over the arguments' memory (the ops it competes for write no
-        argument: in-place ops reach it as their out-of-place twins)."""
-        if _flat(args) and (not kwargs or _flat(kwargs.values())):
-            inputs = [a for a in args if isinstance(a, DeviceTensor)]
-            torch_args = [shared_view(a) if isinstance(a, DeviceTensor) else a for a in args]
-            if kwargs:
-                inputs += [v for v in kwargs.values() if isinstance(v, DeviceTensor)]
-                kwargs = {k: shared_view(v) if isinstance(v, DeviceTensor) else v for k, v in kwargs.items()}
-            result = func(*torch_args, **kwargs)
-            finish_reads(inputs)
-            if isinstance(result, torch.Tensor):
-                return adopt(result, device)
-            return tuple(adopt(r, device) if isinstance(r, torch.Tensor) else r for r in result)
-        result = host.run_with_torch(func, args, kwargs, lambda t, _: shared_view(t), lambda r: adopt(r, device), torch_device(device))
-        finish_reads(host.device_tensors(args, kwargs))
-        return result
+        argument: in-place ops reach it as their out-of-place twins). Arguments are mapped by
+        hand, lists of tensors one level deep as aten's schemas have them: a tree walk
+        (torch.utils._pytree) cost more than the op on a foreach call's lists."""
+        inputs: list[DeviceTensor] = []
+
+        def down(value: Any) -> Any:
+            if isinstance(value, DeviceTensor):
+                inputs.append(value)
+                return shared_view(value)
+            if isinstance(value, (list, tuple)) and value and any(isinstance(v, DeviceTensor) for v in value):
+                return [down(v) for v in value]
+            if isinstance(value, torch.device) and value.type == "turbine":
+                return torch_device(device)
+            return value
+
+        result = func(*[down(a) for a in args], **{k: down(v) for k, v in kwargs.items()})
+        finish_reads(inputs)
+        if isinstance(result, torch.Tensor):
+            return adopt(result, device)
+        results = [adopt(r, device) if isinstance(r, torch.Tensor) else r for r in result]
+        return results if isinstance(result, list) else tuple(results)
 
     def claims(self, func: Any, device: Device | None, dtypes: list[torch.dtype]) -> bool:
         """Whether it competes for a call of ``func`` whose tensors have ``dtypes``."""
         return bool(dtypes) and self.cost(func, device) is not None
 
-
-def _flat(values: Any) -> bool:
-    """Whether no argument is a list of tensors or a device that torch must be told of (so
-    that a tree walk over the arguments is not needed)."""
-    for value in values:
-        if isinstance(value, torch.device):
-            return False
-        if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
-            return False
-    return True

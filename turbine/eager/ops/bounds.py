@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from turbine.eager.index_checks import checked
+from turbine.eager.index_checks import Error, checked
 from turbine.eager.registry import Continue, declare
 from turbine.eager.schema import schema_of
 from turbine.eager.tensor import DeviceTensor
@@ -22,13 +22,13 @@ from turbine.eager.tensor import DeviceTensor
 aten = torch.ops.aten
 
 
-def _out_of_bounds(kind: type, prefix: str = "") -> Callable[[int, int], Callable[[int], BaseException]]:
-    """torch's words for an index out of a dim: (dim, size) -> (entry -> error)."""
-    return lambda dim, size: lambda value: kind(f"{prefix}index {value} is out of bounds for dimension {dim} with size {size}")
+def _out_of_bounds(kind: type, prefix: str = "") -> Callable[[int, int], Error]:
+    """torch's words for an index out of a dim: (dim, size) -> the check's error."""
+    return lambda dim, size: lambda value, position: kind(f"{prefix}index {value} is out of bounds for dimension {dim} with size {size}")
 
 
-def _out_of_range_in_self(dim: int, size: int) -> Callable[[int], BaseException]:
-    return lambda value: IndexError("index out of range in self")
+def _out_of_range_in_self(dim: int, size: int) -> Error:
+    return lambda value, position: IndexError("index out of range in self")
 
 
 #: Ops whose ``index`` (third argument) indexes ``dim`` (second) of the first argument:
@@ -81,7 +81,7 @@ def _flat_index(func: Any, args: tuple, kwargs: dict) -> Continue:
     if not isinstance(index, DeviceTensor):
         return Continue(args, kwargs)
     size = source.numel()
-    error = lambda value: IndexError(f"out of range: tried to access index {value} on a tensor of {size} elements.")  # noqa: E731
+    error = lambda value, position: IndexError(f"out of range: tried to access index {value} on a tensor of {size} elements.")  # noqa: E731
     return Continue(*_replaced(args, kwargs, func, "index", checked(index, -size, size, error)))
 
 
@@ -93,6 +93,48 @@ def _embedding(func: Any, args: tuple, kwargs: dict) -> Continue:
     return Continue(*_replaced(args, kwargs, func, "indices", checked(indices, 0, size, _out_of_range_in_self(0, size))))
 
 
+def _embedding_rows(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """Indices lie in ``[0, rows)`` and each bag's offset in ``[0, len(indices)]``: torch's GPU
+    kernel asserts on the first (which loses the CUDA context, shared with torch CUDA), its CPU
+    backward reads outside the weight's gradient (a crash), and both read past the indices on the
+    second. The backward ops get the forward's indices as the caller gave them (autograd keeps
+    them), so they are checked again; the forward's report, if any, comes first."""
+    names = schema_of(func).names
+    indices = _argument(args, kwargs, func, "indices")
+    if "num_weights" in names:
+        rows = int(_argument(args, kwargs, func, "num_weights"))
+    else:
+        rows = _argument(args, kwargs, func, "weight").shape[0]
+    if isinstance(indices, DeviceTensor):
+        error = _out_of_range_in_self(0, rows) if func in _EMBEDDING_GRADIENTS else _bag_index(rows)
+        args, kwargs = _replaced(args, kwargs, func, "indices", checked(indices, 0, rows, error))
+    offsets = _argument(args, kwargs, func, "offsets") if "offsets" in names else None
+    if isinstance(offsets, DeviceTensor):
+        length = indices.numel()
+        error = lambda value, position: RuntimeError(  # noqa: E731
+            f"offsets[{position}] is {value}, outside [0, {length}]: each bag starts inside the input (of length {length})"
+        )
+        args, kwargs = _replaced(args, kwargs, func, "offsets", checked(offsets, 0, length + 1, error))
+    return Continue(args, kwargs)
+
+
+def _bag_index(rows: int) -> Error:
+    """torch's words (its CPU kernel's) for a bag's index out of the weight's rows."""
+    return lambda value, position: RuntimeError(f"Index {position} of input takes value {value} which is not in the valid range [0, {rows})")
+
+
+#: Ops whose indices pick rows of an embedding weight (or of its gradient), with their offsets
+#: into the indices where they have them.
+_EMBEDDING_BAGS = [
+    aten._embedding_bag.default,
+    aten._embedding_bag_forward_only.default,
+    aten._embedding_bag_backward.default,
+    aten._embedding_bag_dense_backward.default,
+    aten._embedding_bag_per_sample_weights_backward.default,
+]
+_EMBEDDING_GRADIENTS = [aten.embedding_dense_backward.default, aten.embedding_backward.default]
+
+
 def _nll_loss(func: Any, args: tuple, kwargs: dict) -> Continue:
     """Class targets lie in ``[0, classes)``, except those equal to ``ignore_index``."""
     scores, target = _argument(args, kwargs, func, "self"), _argument(args, kwargs, func, "target")
@@ -100,7 +142,7 @@ def _nll_loss(func: Any, args: tuple, kwargs: dict) -> Continue:
         return Continue(args, kwargs)
     classes = scores.shape[-1] if scores.dim() == 1 else scores.shape[1]
     ignore = _argument(args, kwargs, func, "ignore_index")
-    safe = checked(target, 0, classes, lambda value: IndexError(f"Target {value} is out of bounds."), ignore=int(ignore))
+    safe = checked(target, 0, classes, lambda value, position: IndexError(f"Target {value} is out of bounds."), ignore=int(ignore))
     return Continue(*_replaced(args, kwargs, func, "target", safe))
 
 
@@ -111,7 +153,7 @@ def _max_unpool(func: Any, args: tuple, kwargs: dict) -> Continue:
         return Continue(args, kwargs)
     plane = math.prod(output_size)
     sizes = "x".join(str(size) for size in output_size)
-    error = lambda value: RuntimeError(f"Found an invalid max index: {value} (output volumes are of size {sizes})")  # noqa: E731
+    error = lambda value, position: RuntimeError(f"Found an invalid max index: {value} (output volumes are of size {sizes})")  # noqa: E731
     return Continue(*_replaced(args, kwargs, func, "indices", checked(indices, 0, plane, error)))
 
 
@@ -135,8 +177,8 @@ def one_hot(tensor: DeviceTensor, num_classes: int = -1) -> torch.Tensor:
     if num_classes == -1 and tensor.numel():
         num_classes = int(tensor.max().item()) + 1  # as torch does: a read
     if tensor.numel():  # torch looks for a negative class first, then for one too large
-        tensor = checked(tensor, 0, 2**62, lambda value: RuntimeError("Class values must be non-negative."))
-        tensor = checked(tensor, -(2**62), num_classes, lambda value: RuntimeError("Class values must be smaller than num_classes."))
+        tensor = checked(tensor, 0, 2**62, lambda value, position: RuntimeError("Class values must be non-negative."))
+        tensor = checked(tensor, -(2**62), num_classes, lambda value, position: RuntimeError("Class values must be smaller than num_classes."))
     return torch.nn.functional.one_hot(tensor, num_classes)
 
 
@@ -144,6 +186,11 @@ declare(list(_ALONG_A_DIM), "its index is checked against the size of the dim it
 declare([aten.take.default, aten.put.default], "its indices are checked against the tensor's element count", handler=_flat_index)
 declare([aten.max_unpool2d.default, aten.max_unpool3d.default], "its indices are checked against the output plane", handler=_max_unpool)
 declare(aten.embedding.default, "its indices are checked against the number of embeddings", handler=_embedding)
+declare(
+    _EMBEDDING_BAGS + _EMBEDDING_GRADIENTS,
+    "its indices are checked against the number of embeddings, its offsets (if any) against the number of indices",
+    handler=_embedding_rows,
+)
 declare(
     [aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default, aten.nll_loss2d_backward.default],
     "its class targets are checked against the number of classes (ignore_index aside)",
