@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import platformdirs
 
@@ -139,6 +139,15 @@ class Config:
 
 
 config = Config.from_env()
+
+
+def choice(name: str, choices: Sequence[str]) -> str:
+    """The setting ``name`` of :data:`config`, which must be one of ``choices``; an error names
+    its environment variable and the values it takes."""
+    value = getattr(config, name)
+    if value not in choices:
+        raise ValueError(f"TURBINE_{name.upper()} (turbine.config.{name}) is {value!r}; choose one of {', '.join(choices)}")
+    return value
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from turbine.config import config
+from turbine.config import choice
 from turbine.device import Device
 from turbine.eager import runtime
 from turbine.eager.signature import Leaves
@@ -43,9 +43,7 @@ Dims = frozenset  # of (tensor position, dim)
 
 def mode() -> str:
     """``config.dynamic``, checked."""
-    if config.dynamic not in MODES:
-        raise ValueError(f"TURBINE_DYNAMIC (turbine.config.dynamic) is {config.dynamic!r}; choose one of {', '.join(MODES)}")
-    return config.dynamic
+    return choice("dynamic", MODES)
 
 
 def mark_dynamic(tensor: DeviceTensor, dims: int | Iterable[int]) -> DeviceTensor:

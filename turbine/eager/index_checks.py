@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from turbine.config import config
+from turbine.config import choice
 from turbine.eager.dtypes import ELEMENT_TYPES
 from turbine.eager.lowering import lower
 from turbine.eager.scalars import int_vector
@@ -50,8 +50,7 @@ def checked(index: DeviceTensor, low: int, high: int, error: Error, ignore: int 
     """``index`` with entries outside ``[low, high)`` (other than ``ignore``) replaced by 0, and
     negative ones counted from the end (where ``low`` < 0); the device reports the first entry out
     of range through ``error`` at its next read."""
-    if config.check_indices not in MODES:
-        raise ValueError(f"TURBINE_CHECK_INDICES (turbine.config.check_indices) is {config.check_indices!r}; choose one of {', '.join(MODES)}")
+    mode = choice("check_indices", MODES)
     count = index.numel()
     if count == 0 or index.dtype not in (torch.int64, torch.int32):
         return index
@@ -61,7 +60,7 @@ def checked(index: DeviceTensor, low: int, high: int, error: Error, ignore: int 
     inputs = [view_of(source._storage.buffer, [count], ELEMENT_TYPES[source.dtype]), int_vector(device, (low, high, ignore))]
     (safe, _), (report, _) = kernel.launch(inputs, ready_fence([source._storage.buffer]))
     device.expect(report, lambda raw: _error(raw, error))
-    if config.check_indices == "eager":
+    if mode == "eager":
         device.raise_expected()
     return wrap(safe, index.dtype, tuple(index.shape))
 

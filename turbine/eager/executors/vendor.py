@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from turbine.config import config
+from turbine.config import choice
 from turbine.device import Device
 from turbine.eager.executors.torch_kernel import TorchKernel, adopt, finish_reads, shared_view, torch_device
 from turbine.eager.tensor import DeviceTensor
@@ -34,11 +34,7 @@ MODES = ("auto", "iree", "all")
 
 def mode() -> str:
     """``config.executors``, checked."""
-    if config.executors not in MODES:
-        raise ValueError(
-            f"TURBINE_EXECUTORS (turbine.config.executors) is {config.executors!r}; choose one of {', '.join(MODES)}"
-        )
-    return config.executors
+    return choice("executors", MODES)
 
 
 class VendorKernel(TorchKernel):
