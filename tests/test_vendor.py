@@ -134,6 +134,31 @@ def test_a_later_process_takes_the_choice_from_disk_without_timing(monkeypatch, 
     assert stats()["kernels_compiled"] == 0
 
 
+def test_iree_is_timed_with_its_hand_overs_to_torch(monkeypatch, vendor_on, fresh_cache):
+    """IREE's timed calls include making their results torch tensors (as the vendor's next call
+    would), and a choice kept from another way of timing is timed again."""
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    timed = []
+
+    def best(run):
+        result = run()
+        timed.append(all(t._storage.buffer.shared is not None for t in [result] if isinstance(t, turbine.DeviceTensor)))
+        return float(len(timed)), result
+
+    monkeypatch.setattr(timed_plan, "_best", best)
+    with override(background_compile=False):
+        torch.testing.assert_close((a.to(D) @ b.to(D)).cpu(), a @ b)
+    assert timed == [True, True]  # IREE's result was handed to torch (the vendor's is torch's)
+    (kept,) = fresh_cache.choices()
+    assert kept["timing"] == timed_plan.TIMING
+    digest = kept.pop("digest")
+    fresh_cache.save_choice(digest, {**kept, "timing": timed_plan.TIMING - 1})
+    forget_memory()
+    with override(background_compile=False):
+        (a.to(D) @ b.to(D)).cpu()
+    assert len(timed) == 4, "a choice timed the old way was kept"
+
+
 def test_calls_run_on_the_vendor_while_the_kernel_compiles(vendor_on, fresh_cache, stats):
     a, b = torch.randn(24, 56), torch.randn(56, 8)
     result = a.to(D) @ b.to(D)  # the kernel has just started compiling (hundreds of ms)
