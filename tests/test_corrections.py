@@ -209,3 +209,22 @@ def test_hardtanh_of_integers_with_runtime_bounds_is_a_kernel():
     check(lambda t: torch.nn.functional.hardtanh(t, -2, 3), torch.arange(-6, 6))
     check(lambda t: torch.nn.functional.relu6(t * 2), torch.arange(-6, 6))
     check(lambda t: torch.nn.functional.hardtanh(t, -0.5, 0.5), torch.tensor([float("nan"), -3.0, 0.25, 4.0]), equal_nan=True)
+
+
+@pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_multilabel_margin_loss_counts_targets_up_to_the_first_minus_one(reduction):
+    """IREE's lowering (and torch's decomposition) counted the target entries after a sample's
+    first -1 too: another loss for most inputs (decompositions/margins.py)."""
+    torch.manual_seed(0)
+    scores = torch.randn(4, 5)
+    target = torch.tensor([[2, -1, 0, 4, 1], [0, 1, -1, -1, 3], [4, 3, 2, 1, 0], [-1, 2, 2, 0, 1]])
+    loss = torch.nn.functional.multilabel_margin_loss
+    check(lambda s, t: loss(s, t, reduction=reduction), scores, target)
+
+    def gradient(s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        s = s.clone().requires_grad_()
+        return torch.autograd.grad(loss(s, t, reduction=reduction).sum(), s)[0]
+
+    # torch gives the backward op no shape rule: it runs as torch's kernel over the device memory
+    check(gradient, scores, target, executor="fallback")

@@ -102,6 +102,10 @@ def test_size_one_at_a_dynamic_dim_gives_torchs_results(name, fn, shapes, served
 
     for n in (5, 7):
         call(n)
+    if any("'s" in failure["op"] for failure in fresh_cache.failures()):
+        # IREE could not compile the family's dynamic kernel for this target (argmax on cuda, IREE
+        # 3.13: "expected type to be 'tensor<?x1xf32>'"): every size has its own kernel, 1 too
+        served = False
     compiled = stats()["kernels_compiled"]
     call(1)
     assert (stats()["kernels_compiled"] == compiled) == served, "size 1 ran on the wrong kernel"

@@ -196,3 +196,50 @@ def test_ignored_targets_and_bags_out_of_range_give_torchs_results_and_errors():
     torch.testing.assert_close(
         F.embedding_bag(bags.to(D), weight.to(D), torch.tensor([0, 2], device=D)).cpu(), F.embedding_bag(bags, weight, torch.tensor([0, 2]))
     )
+
+
+#: name -> (fn(device) -> tensor, the same with a value out of range). Targets, probabilities and
+#: mask counts whose range torch's GPU kernels assert on (losing the CUDA context) or do not check
+#: (reading outside a tensor), where its CPU kernels raise.
+RANGED = {
+    "binary_cross_entropy input": (
+        lambda d: F.binary_cross_entropy(torch.tensor([0.2, 0.9], device=d), torch.tensor([0.0, 1.0], device=d)),
+        lambda d: F.binary_cross_entropy(torch.tensor([0.2, 1.5], device=d), torch.tensor([0.0, 1.0], device=d)),
+    ),
+    "binary_cross_entropy NaN": (
+        lambda d: F.binary_cross_entropy(torch.tensor([0.0, 1.0], device=d), torch.tensor([0.3, 1.0], device=d)),
+        lambda d: F.binary_cross_entropy(torch.tensor([0.2, float("nan")], device=d), torch.tensor([0.0, 1.0], device=d)),
+    ),
+    "binary_cross_entropy target": (
+        lambda d: F.binary_cross_entropy(torch.tensor([0.2, 0.9], device=d), torch.tensor([0.5, 1.0], device=d)),
+        lambda d: F.binary_cross_entropy(torch.tensor([0.2, 0.9], device=d), torch.tensor([-0.5, 1.0], device=d)),
+    ),
+    "multi_margin_loss": (
+        lambda d: F.multi_margin_loss(torch.arange(6.0, device=d).reshape(2, 3) / 5, torch.tensor([2, 0], device=d)),
+        lambda d: F.multi_margin_loss(torch.arange(6.0, device=d).reshape(2, 3) / 5, torch.tensor([2, 3], device=d)),
+    ),
+    "multilabel_margin_loss": (
+        lambda d: F.multilabel_margin_loss(torch.arange(6.0, device=d).reshape(2, 3) / 5, torch.tensor([[2, -1, 0], [0, 1, -1]], device=d)),
+        lambda d: F.multilabel_margin_loss(torch.arange(6.0, device=d).reshape(2, 3) / 5, torch.tensor([[2, 4, -1], [0, 1, -1]], device=d)),
+    ),
+    "embedding max_norm": (
+        lambda d: F.embedding(torch.tensor([1, 4], device=d), torch.arange(15.0, device=d).reshape(5, 3), max_norm=2.0),
+        lambda d: F.embedding(torch.tensor([1, 7], device=d), torch.arange(15.0, device=d).reshape(5, 3), max_norm=2.0),
+    ),
+    "masked_scatter": (
+        lambda d: torch.zeros(4, device=d).masked_scatter(torch.tensor([True, False, True, False], device=d), torch.arange(1.0, 3.0, device=d)),
+        lambda d: torch.zeros(4, device=d).masked_scatter(torch.tensor([True, True, True, False], device=d), torch.arange(1.0, 3.0, device=d)),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANGED))
+def test_values_and_targets_out_of_range_give_torchs_errors(name):
+    good, bad = RANGED[name]
+    with contextlib.suppress(IndexError, RuntimeError):
+        turbine.synchronize(D)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.testing.assert_close(good(D).cpu(), good("cpu"))
+        assert _outcome(lambda: bad(D)) == _outcome(lambda: bad("cpu")), name
+    torch.testing.assert_close(good(D).cpu(), good("cpu"))  # the device runs on

@@ -1,4 +1,5 @@
-"""Index checks: each index an op takes is checked against the size it indexes, on the device.
+"""Index checks: each index an op takes is checked against the size it indexes, on the device
+(and the few values whose range a GPU kernel asserts on, such as probabilities: ``checked_values``).
 
 IREE's kernels neither check nor clamp an index (torch-mlir's asserts are dropped inside
 dispatches): an index out of range read or wrote outside its tensor, and a large one crashed the
@@ -63,6 +64,46 @@ def checked(index: DeviceTensor, low: int, high: int, error: Error, ignore: int 
     if mode == "eager":
         device.raise_expected()
     return wrap(safe, index.dtype, tuple(index.shape))
+
+
+def checked_values(values: DeviceTensor, low: float, high: float, error: Error) -> DeviceTensor:
+    """``values`` (floating) with entries outside ``[low, high]`` (NaN among them) replaced by
+    ``low``; the device reports the first such entry's position through ``error`` (its value is
+    given as 0) at its next read. For ops whose GPU kernels assert on a value out of range (which
+    loses the CUDA context) where torch's CPU kernels raise: binary_cross_entropy's probabilities."""
+    mode = choice("check_indices", MODES)
+    count = values.numel()
+    if count == 0 or not values.dtype.is_floating_point:
+        return values
+    source = dense(values)
+    device = source._storage.device
+    kernel = _range_kernel(source.dtype, count, device, low, high)
+    inputs = [view_of(source._storage.buffer, [count], ELEMENT_TYPES[source.dtype])]
+    (safe, _), (report, _) = kernel.launch(inputs, ready_fence([source._storage.buffer]))
+    device.expect(report, lambda raw: _error(raw, error))
+    if mode == "eager":
+        device.raise_expected()
+    return wrap(safe, values.dtype, tuple(values.shape))
+
+
+def _range_kernel(dtype: torch.dtype, count: int, device, low: float, high: float) -> object:
+    """The value check's kernel for ``dtype`` values and the range ``[low, high]``."""
+    length = Dynamic("n", 16) if count >= 2 else 1
+
+    def check(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        bad = ~((values >= low) & (values <= high))
+        safe = torch.where(bad, torch.full_like(values, low), values)
+        positions = torch.arange(values.shape[0], dtype=torch.int64)
+        first = torch.where(bad, positions, values.shape[0]).amin()
+        return safe, torch.stack([bad.sum(), torch.zeros_like(first), first])
+
+    return kernel_cache.kernel(
+        ("turbine.value_check", 1, str(dtype), low, high, "any" if count >= 2 else 1),
+        device,
+        lambda: lower(check, [((length,), dtype)]),
+        f"range check of {dtype} values",
+        {"dynamic": True} if count >= 2 else None,
+    )
 
 
 def _error(raw: np.ndarray, error: Error) -> BaseException | None:

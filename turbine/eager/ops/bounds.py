@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from turbine.eager.index_checks import Error, checked
+from turbine.eager.index_checks import Error, checked, checked_values
 from turbine.eager.registry import Continue, declare
 from turbine.eager.schema import schema_of
 from turbine.eager.tensor import DeviceTensor
@@ -157,6 +157,66 @@ def _max_unpool(func: Any, args: tuple, kwargs: dict) -> Continue:
     return Continue(*_replaced(args, kwargs, func, "indices", checked(indices, 0, plane, error)))
 
 
+def _class_targets(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """Margin losses' class targets lie in ``[0, classes)`` (multi_margin) or ``[-1, classes)``
+    (multilabel_margin, whose -1 ends a sample's targets). torch reads a multilabel sample's
+    targets only up to its first -1, so it raises on fewer entries than this check does; the GPU
+    kernels check nothing there and read outside the scores."""
+    scores, target = _argument(args, kwargs, func, "self"), _argument(args, kwargs, func, "target")
+    if not isinstance(target, DeviceTensor):
+        return Continue(args, kwargs)
+    classes = scores.shape[-1] if scores.dim() else 1
+    if func in _MULTILABEL:
+        error = lambda value, position: RuntimeError("argument #2 'target' is out of range")  # noqa: E731
+        safe = checked(target, 0, classes, error, ignore=-1)  # -1 ends the targets: kept as it is
+    else:
+        safe = checked(target, 0, classes, lambda value, position: RuntimeError("target out of range"))
+    return Continue(*_replaced(args, kwargs, func, "target", safe))
+
+
+_MULTILABEL = (aten.multilabel_margin_loss_forward.default, aten.multilabel_margin_loss_backward.default)
+
+
+def _embedding_renorm(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """The rows ``max_norm`` renormalises lie in the weight (torch's GPU kernel checks nothing)."""
+    weight, indices = args[0], _argument(args, kwargs, func, "indices")
+    if not isinstance(indices, DeviceTensor):
+        return Continue(args, kwargs)
+    shape = list(weight.shape)
+    error = lambda value, position: IndexError(  # noqa: E731
+        f"select(): index {value} out of range for tensor of size {shape} at dimension 0"
+    )
+    return Continue(*_replaced(args, kwargs, func, "indices", checked(indices, 0, shape[0], error)))
+
+
+def _probabilities(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """binary_cross_entropy's input and target lie in ``[0, 1]``: torch's CPU kernel raises,
+    its GPU kernel asserts (losing the CUDA context), IREE's kernel took logs of them anyway."""
+    for name in ("self", "target"):
+        values = _argument(args, kwargs, func, name)
+        if isinstance(values, DeviceTensor):
+            words = "input" if name == "self" else "target"
+            error = lambda value, position, words=words: RuntimeError(f"all elements of {words} should be between 0 and 1")  # noqa: E731
+            args, kwargs = _replaced(args, kwargs, func, name, checked_values(values, 0.0, 1.0, error))
+    return Continue(args, kwargs)
+
+
+def _masked_scatter(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """A mask with more ones than the source has elements: torch raises, and a kernel would read
+    past the source. The ones past the source's count are dropped from the mask the kernel gets
+    (the count itself is checked, so the error comes at the next read)."""
+    target, mask, source = (_argument(args, kwargs, func, name) for name in ("self", "mask", "source"))
+    if not isinstance(mask, DeviceTensor) or target.numel() == 0:
+        return Continue(args, kwargs)
+    available = source.numel()
+    flat = mask.expand(target.shape).reshape(-1)
+    count = flat.to(torch.int64).cumsum(0)
+    error = lambda value, position: RuntimeError("Number of elements of source < number of ones in mask")  # noqa: E731
+    checked(count[-1:], 0, available + 1, error)
+    safe = (flat & (count <= available)).reshape(target.shape)
+    return Continue(*_replaced(args, kwargs, func, "mask", safe))
+
+
 def check_indexing(source: DeviceTensor, indices: list) -> list:
     """``x[i, j]``'s index tensors, each checked against the dim it indexes (a boolean mask takes
     as many dims as it has, and is not checked: it cannot point outside)."""
@@ -191,6 +251,14 @@ declare(
     "its indices are checked against the number of embeddings, its offsets (if any) against the number of indices",
     handler=_embedding_rows,
 )
+declare(
+    [aten.multi_margin_loss.default, aten.multi_margin_loss_backward.default, *_MULTILABEL],
+    "its class targets are checked against the number of classes",
+    handler=_class_targets,
+)
+declare(aten.embedding_renorm.default, "its indices are checked against the weight's rows", handler=_embedding_renorm)
+declare(aten.binary_cross_entropy.default, "its input and target are checked to lie in [0, 1]", handler=_probabilities)
+declare(aten.masked_scatter.default, "its mask's ones are counted against the source's elements", handler=_masked_scatter)
 declare(
     [aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default, aten.nll_loss2d_backward.default],
     "its class targets are checked against the number of classes (ignore_index aside)",

@@ -153,6 +153,16 @@ declare(
     correction=decompositions.adaptive_max_pool_nd,
 )
 declare(_aten.logcumsumexp.default, "IREE's gave inf", correction=decompositions.logcumsumexp)
+declare(
+    _aten.multilabel_margin_loss_forward.default,
+    "IREE's (and torch's decomposition) counted the targets after a sample's first -1",
+    correction=decompositions.margins.multilabel_margin_loss_forward,
+)
+declare(
+    _aten.multilabel_margin_loss_backward.default,
+    "so did its gradient",
+    correction=decompositions.margins.multilabel_margin_loss_backward,
+)
 declare(_aten.tan.default, "IREE's was 3% off near pi/2", correction=decompositions.trigonometric.tan)
 declare(_aten.gelu.default, "IREE's tanh form was 5e-5 off", correction=decompositions.trigonometric.gelu)
 declare(_aten.gelu_backward.default, "so was its gradient", correction=_decomposed(_aten.gelu_backward.default))
