@@ -102,17 +102,16 @@ def test_size_one_at_a_dynamic_dim_gives_torchs_results(name, fn, shapes, served
 
     for n in (5, 7):
         call(n)
-    if any("'s" in failure["op"] for failure in fresh_cache.failures()):
-        # IREE could not compile the family's dynamic kernel for this target (argmax on cuda, IREE
-        # 3.13: "expected type to be 'tensor<?x1xf32>'"): every size has its own kernel, 1 too
-        served = False
+    # Where IREE cannot compile the family's dynamic kernel for the target (argmax on cuda, IREE
+    # 3.13: "expected type to be 'tensor<?x1xf32>'"), every size has its own kernel, 1 and 3 too.
+    refused = any("'s" in failure["op"] for failure in fresh_cache.failures())
     compiled = stats()["kernels_compiled"]
     call(1)
-    assert (stats()["kernels_compiled"] == compiled) == served, "size 1 ran on the wrong kernel"
+    assert (stats()["kernels_compiled"] == compiled) == (served and not refused), "size 1 ran on the wrong kernel"
     compiled = stats()["kernels_compiled"]
     call(1)
     call(3)
-    assert stats()["kernels_compiled"] == compiled
+    assert stats()["kernels_compiled"] == compiled + refused
 
 
 def test_a_size_one_answer_is_asked_again_of_a_new_dynamic_kernel(fresh_cache, stats):

@@ -55,9 +55,11 @@ def checked(index: DeviceTensor, low: int, high: int, error: Error, ignore: int 
     count = index.numel()
     if count == 0 or index.dtype not in (torch.int64, torch.int32):
         return index
+    if index.dtype == torch.int32:  # checked as int64: the int32 kernel did not compile for cuda (IREE 3.13)
+        return checked(index.to(torch.int64), low, high, error, ignore).to(torch.int32)
     source = dense(index)
     device = source._storage.device
-    kernel = _kernel(source.dtype, count, device)
+    kernel = _kernel(count, device)
     inputs = [view_of(source._storage.buffer, [count], ELEMENT_TYPES[source.dtype]), int_vector(device, (low, high, ignore))]
     (safe, _), (report, _) = kernel.launch(inputs, ready_fence([source._storage.buffer]))
     device.expect(report, lambda raw: _error(raw, error))
@@ -70,40 +72,14 @@ def checked_values(values: DeviceTensor, low: float, high: float, error: Error) 
     """``values`` (floating) with entries outside ``[low, high]`` (NaN among them) replaced by
     ``low``; the device reports the first such entry's position through ``error`` (its value is
     given as 0) at its next read. For ops whose GPU kernels assert on a value out of range (which
-    loses the CUDA context) where torch's CPU kernels raise: binary_cross_entropy's probabilities."""
-    mode = choice("check_indices", MODES)
-    count = values.numel()
-    if count == 0 or not values.dtype.is_floating_point:
+    loses the CUDA context) where torch's CPU kernels raise: binary_cross_entropy's probabilities.
+    Made of plain ops and the int64 index check: a check kernel of its own, reducing float32 to
+    int64 positions, did not compile for cuda (IREE 3.13: "failed to distribute")."""
+    if values.numel() == 0 or not values.dtype.is_floating_point:
         return values
-    source = dense(values)
-    device = source._storage.device
-    kernel = _range_kernel(source.dtype, count, device, low, high)
-    inputs = [view_of(source._storage.buffer, [count], ELEMENT_TYPES[source.dtype])]
-    (safe, _), (report, _) = kernel.launch(inputs, ready_fence([source._storage.buffer]))
-    device.expect(report, lambda raw: _error(raw, error))
-    if mode == "eager":
-        device.raise_expected()
-    return wrap(safe, values.dtype, tuple(values.shape))
-
-
-def _range_kernel(dtype: torch.dtype, count: int, device, low: float, high: float) -> object:
-    """The value check's kernel for ``dtype`` values and the range ``[low, high]``."""
-    length = Dynamic("n", 16) if count >= 2 else 1
-
-    def check(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        bad = ~((values >= low) & (values <= high))
-        safe = torch.where(bad, torch.full_like(values, low), values)
-        positions = torch.arange(values.shape[0], dtype=torch.int64)
-        first = torch.where(bad, positions, values.shape[0]).amin()
-        return safe, torch.stack([bad.sum(), torch.zeros_like(first), first])
-
-    return kernel_cache.kernel(
-        ("turbine.value_check", 1, str(dtype), low, high, "any" if count >= 2 else 1),
-        device,
-        lambda: lower(check, [((length,), dtype)]),
-        f"range check of {dtype} values",
-        {"dynamic": True} if count >= 2 else None,
-    )
+    inside = (values >= low) & (values <= high)
+    checked(inside.reshape(-1).to(torch.int64), 1, 2, error)  # an entry of 0 is outside
+    return torch.where(inside, values, torch.full_like(values, low))
 
 
 def _error(raw: np.ndarray, error: Error) -> BaseException | None:
@@ -111,27 +87,26 @@ def _error(raw: np.ndarray, error: Error) -> BaseException | None:
     return error(int(value), int(position)) if bad else None
 
 
-def _kernel(dtype: torch.dtype, count: int, device) -> object:
-    """The check's kernel for ``dtype`` indices: one for every count of 2 or more, one for 1."""
+def _kernel(count: int, device) -> object:
+    """The check's kernel (int64 indices): one for every count of 2 or more, one for 1."""
     length = Dynamic("n", 16) if count >= 2 else 1
 
     def check(index: torch.Tensor, bounds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        wide = index.to(torch.int64)
-        ignored = wide == bounds[2]
-        bad = ~(((wide >= bounds[0]) & (wide < bounds[1])) | ignored)
+        ignored = index == bounds[2]
+        bad = ~(((index >= bounds[0]) & (index < bounds[1])) | ignored)
         # A negative index counts from the end where the op allows it (``low`` < 0): made so here,
         # since IREE's index_fill wrote a -1 before its tensor instead of at its end.
-        wrapped = torch.where((wide < 0) & (bounds[0] < 0) & ~ignored, wide + bounds[1], wide)
-        safe = torch.where(bad, 0, wrapped).to(index.dtype)
+        wrapped = torch.where((index < 0) & (bounds[0] < 0) & ~ignored, index + bounds[1], index)
+        safe = torch.where(bad, 0, wrapped)
         positions = torch.arange(index.shape[0], dtype=torch.int64)
         first = torch.where(bad, positions, index.shape[0]).amin()
-        value = torch.where(positions == first, wide, 0).sum()  # the first bad entry (no gather: 0-d indices do not trace)
+        value = torch.where(positions == first, index, 0).sum()  # the first bad entry (no gather: 0-d indices do not trace)
         return safe, torch.stack([bad.sum(), value, first])
 
     return kernel_cache.kernel(
-        ("turbine.index_check", 4, str(dtype), "any" if count >= 2 else 1),
+        ("turbine.index_check", 5, "any" if count >= 2 else 1),
         device,
-        lambda: lower(check, [((length,), dtype), ((3,), torch.int64)]),
-        f"index check of {dtype} indices",
+        lambda: lower(check, [((length,), torch.int64), ((3,), torch.int64)]),
+        "index check",
         {"dynamic": True} if count >= 2 else None,
     )
