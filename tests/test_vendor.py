@@ -159,6 +159,27 @@ def test_iree_is_timed_with_its_hand_overs_to_torch(monkeypatch, vendor_on, fres
     assert len(timed) == 4, "a choice timed the old way was kept"
 
 
+def test_a_copy_of_a_strided_view_competes_where_the_vendor_runs(monkeypatch, vendor_on, fresh_cache, stats):
+    """A dense copy of a view that is not dense needs a gather: where the vendor runs, it competes
+    for it (attention's transposes were gathered by IREE between two torch kernels on the H200,
+    a hand-over each way); a dense input's copy still shares its buffer, with no kernel."""
+    a = torch.randn(8, 6)
+    winner("vendor", monkeypatch)
+    view = a.to(D).t()
+    with override(background_compile=False):
+        torch.testing.assert_close(view.contiguous().cpu(), a.t().contiguous())
+    turbine.reset_stats()
+    torch.testing.assert_close(view.contiguous().cpu(), a.t().contiguous())
+    assert stats()["executors"].get("vendor") == 1 and not stats()["executors"].get("iree")
+    dense = a.to(D)
+    turbine.reset_stats()
+    assert dense.clone()._storage.buffer is dense._storage.buffer and not any(stats()["executors"].values())
+    with override(executors="iree"):
+        forget_memory()
+        torch.testing.assert_close(view.contiguous().cpu(), a.t().contiguous())  # IREE's gather
+        assert not stats()["executors"].get("vendor")
+
+
 def test_calls_run_on_the_vendor_while_the_kernel_compiles(vendor_on, fresh_cache, stats):
     a, b = torch.randn(24, 56), torch.randn(56, 8)
     result = a.to(D) @ b.to(D)  # the kernel has just started compiling (hundreds of ms)

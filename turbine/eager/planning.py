@@ -43,6 +43,8 @@ def from_record(func: Any, schema: OpSchema, leaves: Leaves, record: tuple, run:
     elif kind == "mutation":
         plan = MutationPlan(func, schema, run)
     elif kind == "share":
+        if not _shares_here(func, leaves):
+            return None
         plan = SharePlan(record[1])
     else:
         plan = EmptyPlan(leaves.device, record[1], record[2])
@@ -68,7 +70,7 @@ def build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: L
     metas, kind = outputs(meta_out)
     if _zero_size(func, leaves, metas):
         return EmptyPlan(leaves.device, layouts_of(metas), kind)
-    if _shares_buffer(func, leaves, metas):
+    if _shares_buffer(func, leaves, metas) and _shares_here(func, leaves):
         return SharePlan(tuple(metas[0].shape))
     if not _vendor_claims(func, leaves):
         return kernel_plan(func, schema, args, kwargs, leaves, meta_out)
@@ -95,6 +97,13 @@ def _shares_buffer(func: Any, leaves: Leaves, metas: list) -> bool:
         return False
     out = metas[0]
     return out.dtype == leaves.tensors[0].dtype and out.stride() == contiguous_strides(tuple(out.shape))
+
+
+def _shares_here(func: Any, leaves: Leaves) -> bool:
+    """Whether a copy of the input shares its buffer on this device: always for a dense input; a
+    view that is not dense needs a gather, which the vendor executor competes for where it runs
+    (so that torch's strided views, attention's transposes, are not handed to IREE and back)."""
+    return leaves.tensors[0]._dense or not _vendor_claims(func, leaves)
 
 
 def _zero_size(func: Any, leaves: Leaves, metas: list) -> bool:
