@@ -209,8 +209,6 @@ def test_memory_torch_still_reads_goes_back_to_iree_only_when_torch_is_done(vend
     """A torch kernel queued behind a long one reads an IREE buffer whose tensor is dropped at
     once: the memory is kept (device/retired.py) while IREE allocates and fills new buffers of the
     same size, and torch's result is still the data it was given."""
-    import gc
-
     from turbine.config import override
 
     with override(background_compile=False):  # compiled and timed now: the vendor runs the next call
@@ -218,10 +216,9 @@ def test_memory_torch_still_reads_goes_back_to_iree_only_when_torch_is_done(vend
     x = torch.randn(1024, 1024)
     xd = x.to(GPU)  # IREE's memory
     device = xd._storage.device
-    torch.cuda._sleep(100_000_000)  # about 50 ms of torch's stream before its read of xd
+    torch.cuda._sleep(2_000_000_000)  # about a second of torch's stream before its read of xd
     y = xd * 2
-    del xd
-    gc.collect()
+    del xd  # the last reference: the buffer dies here (a gc.collect() took longer than a short sleep)
     assert len(device.retired) >= 1, "the memory went back to IREE while torch's read was queued"
     fills = [torch.full((1024, 1024), 7.0).to(GPU) for _ in range(8)]  # IREE's new buffers
     torch.testing.assert_close(y.cpu(), x * 2)
