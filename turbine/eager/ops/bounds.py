@@ -5,6 +5,12 @@ entry out of range is replaced by 0 for the op's kernel, and torch's error for t
 the next read from the device (or at the op, with ``TURBINE_CHECK_INDICES=eager``). In-place and
 ``out=`` forms run their out-of-place twin, which checks. Indexing (``x[i]``, ``index_put``)
 checks in its own handler (eager/ops/indexing.py), through :func:`check_indexing`.
+
+The list follows torch's GPU kernels as well as its CPU ones: a value one of them asserts on
+(a class target, a probability, a count of mask entries) stops it with a device-side assert,
+which loses the CUDA context turbine shares with torch CUDA, so each such value is checked here
+before torch's kernel (the vendor executor, the ``device`` fallback) or IREE's sees it. Backward
+ops are checked too: autograd hands them the forward's arguments as the caller gave them.
 """
 
 from __future__ import annotations
