@@ -91,29 +91,21 @@ def _flat_index(func: Any, args: tuple, kwargs: dict) -> Continue:
     return Continue(*_replaced(args, kwargs, func, "index", checked(index, -size, size, error)))
 
 
-def _embedding(func: Any, args: tuple, kwargs: dict) -> Continue:
-    weight, indices = args[0], _argument(args, kwargs, func, "indices")
-    if not isinstance(indices, DeviceTensor):
-        return Continue(args, kwargs)
-    size = weight.shape[0]
-    return Continue(*_replaced(args, kwargs, func, "indices", checked(indices, 0, size, _out_of_range_in_self(0, size))))
-
-
 def _embedding_rows(func: Any, args: tuple, kwargs: dict) -> Continue:
-    """Indices lie in ``[0, rows)`` and each bag's offset in ``[0, len(indices)]``: torch's GPU
-    kernel asserts on the first (which loses the CUDA context, shared with torch CUDA), its CPU
-    backward reads outside the weight's gradient (a crash), and both read past the indices on the
-    second. The backward ops get the forward's indices as the caller gave them (autograd keeps
-    them), so they are checked again; the forward's report, if any, comes first."""
+    """Indices lie in ``[0, rows)`` of the weight, and a bag's offset in ``[0, len(indices)]``:
+    torch's GPU kernels assert on the first (which loses the CUDA context, shared with torch
+    CUDA) or check nothing, its CPU embedding_bag backward wrote outside the weight's gradient (a
+    crash), and both read past the indices on the second. Backward ops get the forward's indices
+    as the caller gave them (autograd keeps them), so they are checked again; the forward's
+    report, if any, comes first."""
     names = schema_of(func).names
-    indices = _argument(args, kwargs, func, "indices")
-    if "num_weights" in names:
-        rows = int(_argument(args, kwargs, func, "num_weights"))
+    if "num_weights" in names:  # a gradient: the weight's rows, without the weight
+        shape = [int(_argument(args, kwargs, func, "num_weights"))]
     else:
-        rows = _argument(args, kwargs, func, "weight").shape[0]
+        shape = list(_argument(args, kwargs, func, "weight" if "weight" in names else "self").shape)
+    indices = _argument(args, kwargs, func, "indices")
     if isinstance(indices, DeviceTensor):
-        error = _out_of_range_in_self(0, rows) if func in _EMBEDDING_GRADIENTS else _bag_index(rows)
-        args, kwargs = _replaced(args, kwargs, func, "indices", checked(indices, 0, rows, error))
+        args, kwargs = _replaced(args, kwargs, func, "indices", checked(indices, 0, shape[0], _ROWS[func](shape)))
     offsets = _argument(args, kwargs, func, "offsets") if "offsets" in names else None
     if isinstance(offsets, DeviceTensor):
         length = indices.numel()
@@ -124,21 +116,29 @@ def _embedding_rows(func: Any, args: tuple, kwargs: dict) -> Continue:
     return Continue(args, kwargs)
 
 
-def _bag_index(rows: int) -> Error:
+def _bag_index(shape: list[int]) -> Error:
     """torch's words (its CPU kernel's) for a bag's index out of the weight's rows."""
-    return lambda value, position: RuntimeError(f"Index {position} of input takes value {value} which is not in the valid range [0, {rows})")
+    return lambda value, position: RuntimeError(f"Index {position} of input takes value {value} which is not in the valid range [0, {shape[0]})")
+
+
+def _renormed_row(shape: list[int]) -> Error:
+    """torch's words for a row ``max_norm`` renormalises outside the weight."""
+    return lambda value, position: IndexError(f"select(): index {value} out of range for tensor of size {shape} at dimension 0")
 
 
 #: Ops whose indices pick rows of an embedding weight (or of its gradient), with their offsets
-#: into the indices where they have them.
-_EMBEDDING_BAGS = [
-    aten._embedding_bag.default,
-    aten._embedding_bag_forward_only.default,
-    aten._embedding_bag_backward.default,
-    aten._embedding_bag_dense_backward.default,
-    aten._embedding_bag_per_sample_weights_backward.default,
-]
-_EMBEDDING_GRADIENTS = [aten.embedding_dense_backward.default, aten.embedding_backward.default]
+#: into the indices where they have them: op -> torch's error, made from the weight's shape.
+_ROWS: dict[Any, Callable[[list[int]], Error]] = {
+    aten.embedding.default: lambda shape: _out_of_range_in_self(0, shape[0]),
+    aten.embedding_dense_backward.default: lambda shape: _out_of_range_in_self(0, shape[0]),
+    aten.embedding_backward.default: lambda shape: _out_of_range_in_self(0, shape[0]),
+    aten.embedding_renorm.default: _renormed_row,
+    aten._embedding_bag.default: _bag_index,
+    aten._embedding_bag_forward_only.default: _bag_index,
+    aten._embedding_bag_backward.default: _bag_index,
+    aten._embedding_bag_dense_backward.default: _bag_index,
+    aten._embedding_bag_per_sample_weights_backward.default: _bag_index,
+}
 
 
 def _nll_loss(func: Any, args: tuple, kwargs: dict) -> Continue:
@@ -181,18 +181,6 @@ def _class_targets(func: Any, args: tuple, kwargs: dict) -> Continue:
 
 
 _MULTILABEL = (aten.multilabel_margin_loss_forward.default, aten.multilabel_margin_loss_backward.default)
-
-
-def _embedding_renorm(func: Any, args: tuple, kwargs: dict) -> Continue:
-    """The rows ``max_norm`` renormalises lie in the weight (torch's GPU kernel checks nothing)."""
-    weight, indices = args[0], _argument(args, kwargs, func, "indices")
-    if not isinstance(indices, DeviceTensor):
-        return Continue(args, kwargs)
-    shape = list(weight.shape)
-    error = lambda value, position: IndexError(  # noqa: E731
-        f"select(): index {value} out of range for tensor of size {shape} at dimension 0"
-    )
-    return Continue(*_replaced(args, kwargs, func, "indices", checked(indices, 0, shape[0], error)))
 
 
 def _probabilities(func: Any, args: tuple, kwargs: dict) -> Continue:
@@ -251,10 +239,9 @@ def one_hot(tensor: DeviceTensor, num_classes: int = -1) -> torch.Tensor:
 declare(list(_ALONG_A_DIM), "its index is checked against the size of the dim it indexes (eager/index_checks.py)", handler=_along_a_dim)
 declare([aten.take.default, aten.put.default], "its indices are checked against the tensor's element count", handler=_flat_index)
 declare([aten.max_unpool2d.default, aten.max_unpool3d.default], "its indices are checked against the output plane", handler=_max_unpool)
-declare(aten.embedding.default, "its indices are checked against the number of embeddings", handler=_embedding)
 declare(
-    _EMBEDDING_BAGS + _EMBEDDING_GRADIENTS,
-    "its indices are checked against the number of embeddings, its offsets (if any) against the number of indices",
+    list(_ROWS),
+    "its indices are checked against the weight's rows, its offsets (if any) against the number of indices",
     handler=_embedding_rows,
 )
 declare(
@@ -262,7 +249,6 @@ declare(
     "its class targets are checked against the number of classes",
     handler=_class_targets,
 )
-declare(aten.embedding_renorm.default, "its indices are checked against the weight's rows", handler=_embedding_renorm)
 declare(aten.binary_cross_entropy.default, "its input and target are checked to lie in [0, 1]", handler=_probabilities)
 declare(aten.masked_scatter.default, "its mask's ones are counted against the source's elements", handler=_masked_scatter)
 declare(
