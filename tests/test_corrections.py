@@ -40,6 +40,16 @@ def test_ops_whose_single_op_lowering_is_wrong():
     check(lambda t, s: torch.select_scatter(t, s, 0, -2), x, torch.randn(5))
 
 
+def test_max_unpool_puts_every_value_where_its_index_says():
+    """IREE's max_unpool lowering dropped the second channel's value of a width-1 input unpooled to width 3."""
+    unpool1d = torch.nn.functional.max_unpool1d
+    check(lambda t, i: unpool1d(t, i, 3, 2, 0, output_size=[1, 2, 3]), torch.randn(1, 2, 1), torch.tensor([[[1], [2]]]))
+    values, indices = torch.nn.functional.max_pool2d(torch.randn(2, 3, 6, 5), 2, return_indices=True)
+    check(lambda t, i: torch.nn.functional.max_unpool2d(t, i, 2, output_size=[6, 5]), values, indices)
+    values, indices = torch.nn.functional.max_pool3d(torch.randn(1, 2, 4, 5, 3), 2, return_indices=True)
+    check(lambda t, i: torch.nn.functional.max_unpool3d(t, i, 2, output_size=[4, 5, 3]), values, indices)
+
+
 def test_logcumsumexp_is_a_scan_of_log_add_exp():
     """IREE 3.13's own kernel gave inf; turbine's scan matches torch, infinities included."""
     x = torch.randn(4, 37) * 30

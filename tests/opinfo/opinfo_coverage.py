@@ -7,6 +7,9 @@ Entries are shared out to ``--jobs`` worker processes, one entry at a time. A wo
 that entry's unfinished cases are recorded as failures saying so. The kernels compiled land in
 the disk cache, so a second run mostly loads them. The report goes to
 ``<out>/op-coverage.md`` (totals, common failures, a row per entry) and ``<out>/op-coverage.json``.
+
+A run stopped by Ctrl-C or SIGTERM (a time limit) still writes the report of the entries it
+finished, saying which were not run; ``--resume`` then runs only those and adds them to it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import os
 import queue
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -90,8 +94,13 @@ class Worker:
         return lines[-1][:200] if lines else f"exit status {self.process.poll()}"
 
 
-def run_all(names: list[str], args: argparse.Namespace) -> list[dict]:
-    """Run every named entry in worker processes; the results of every case, crashed or not."""
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM during a run: the entries finished so far are still reported."""
+
+
+def run_all(names: list[str], args: argparse.Namespace) -> tuple[list[dict], list[str]]:
+    """Run every named entry in worker processes: the results of every case of the entries
+    finished (crashed or not), and the names not finished when the run was interrupted."""
     sys.path.insert(0, str(HERE))
     import opinfo_runner
     from tqdm import tqdm
@@ -100,48 +109,84 @@ def run_all(names: list[str], args: argparse.Namespace) -> list[dict]:
     events: queue.Queue = queue.Queue()
     pending = collections.deque(names)
     results: dict[tuple, dict] = {}
+    finished: set[str] = set()
     progress = tqdm(total=len(names), unit="entry", disable=not sys.stderr.isatty())
     workers = [Worker(i, events, args) for i in range(min(args.jobs, len(names)))]
-    for w in workers:
-        w.give(pending.popleft() if pending else None)
-    running = len(workers)
-    while running:
-        try:
-            w, line = events.get(timeout=5)
-        except queue.Empty:
-            for w in workers:
-                if w.entry is not None and time.monotonic() - w.started > args.timeout:
-                    w.process.kill()  # its forwarding thread then reports None
-            continue
-        if line is not None:
-            message = json.loads(line)
-            if "result" in message:
-                result = message["result"]
-                results[(result["op"], result["variant"], result["dtype"], result["direction"])] = result
-                continue
-            progress.update(1)
-            progress.set_postfix_str(message["done"][:30])
-            _log_entry(message["done"], results, args.quiet)
+    try:
+        for w in workers:
             w.give(pending.popleft() if pending else None)
-            continue
-        # The worker ended: normally after its last entry, else it crashed or timed out.
-        if w.entry is not None:
-            timed_out = time.monotonic() - w.started > args.timeout
-            why = f"timed out after {args.timeout} s" if timed_out else f"the worker process died: {w.last_error_line()}"
-            op = known[w.entry]
-            for variant, dtype, direction in opinfo_runner.cases(op):
-                key = (w.entry, variant, dtype, direction)
-                if key not in results:
-                    results[key] = dataclasses.asdict(opinfo_runner.Result(*key, status="fail", detail=why))
-            progress.update(1)
-            _log_entry(w.entry, results, args.quiet)
-            replacement = Worker(w.number, events, args)
-            workers[workers.index(w)] = replacement
-            replacement.give(pending.popleft() if pending else None)
-            continue
-        running -= 1
+        running = len(workers)
+        while running:
+            try:
+                w, line = events.get(timeout=5)
+            except queue.Empty:
+                for w in workers:
+                    if w.entry is not None and time.monotonic() - w.started > args.timeout:
+                        w.process.kill()  # its forwarding thread then reports None
+                continue
+            if line is not None:
+                message = json.loads(line)
+                if "result" in message:
+                    result = message["result"]
+                    results[(result["op"], result["variant"], result["dtype"], result["direction"])] = result
+                    continue
+                finished.add(message["done"])
+                progress.update(1)
+                progress.set_postfix_str(message["done"][:30])
+                _log_entry(message["done"], results, args.quiet)
+                w.give(pending.popleft() if pending else None)
+                continue
+            # The worker ended: normally after its last entry, else it crashed or timed out.
+            if w.entry is not None:
+                if w.process.wait() in (-signal.SIGINT, -signal.SIGTERM):
+                    raise Interrupted  # the signal reached the workers before this process
+                timed_out = time.monotonic() - w.started > args.timeout
+                why = f"timed out after {args.timeout} s" if timed_out else f"the worker process died: {w.last_error_line()}"
+                op = known[w.entry]
+                for variant, dtype, direction in opinfo_runner.cases(op):
+                    key = (w.entry, variant, dtype, direction)
+                    if key not in results:
+                        results[key] = dataclasses.asdict(opinfo_runner.Result(*key, status="fail", detail=why))
+                finished.add(w.entry)
+                progress.update(1)
+                _log_entry(w.entry, results, args.quiet)
+                replacement = Worker(w.number, events, args)
+                workers[workers.index(w)] = replacement
+                replacement.give(pending.popleft() if pending else None)
+                continue
+            running -= 1
+    except (Interrupted, KeyboardInterrupt):
+        for w in workers:
+            w.process.kill()
     progress.close()
-    return [results[key] for key in sorted(results)]
+    kept = [results[key] for key in sorted(results) if key[0] in finished]
+    return kept, [name for name in names if name not in finished]
+
+
+def _stop_on_sigterm() -> None:
+    """A time limit's SIGTERM ends the run the way Ctrl-C does, so the report is still written."""
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Interrupted
+
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _previous_run(args: argparse.Namespace) -> tuple[list[dict], float]:
+    """For --resume: the cases of the entries an earlier run on this device finished, and its seconds."""
+    path = Path(args.out) / "op-coverage.json"
+    if not path.exists():
+        return [], 0.0
+    report = json.loads(path.read_text())
+    if report["meta"]["device"] != args.device:
+        raise SystemExit(
+            f"--resume: {path} reports {report['meta']['device']}, not {args.device}; "
+            "give another --out, or run without --resume to start over"
+        )
+    import opinfo_runner
+
+    # The report leaves out empty fields; the Result dataclass restores them.
+    return [dataclasses.asdict(opinfo_runner.Result(**r)) for r in report["results"]], report["meta"]["seconds"]
 
 
 def _log_entry(name: str, results: dict, quiet: bool) -> None:
@@ -196,7 +241,9 @@ def _cause(detail: str) -> str:
     return text[:140]
 
 
-def write_report(results: list[dict], args: argparse.Namespace, seconds: float) -> tuple[Path, Path]:
+def write_report(
+    results: list[dict], args: argparse.Namespace, seconds: float, not_run: list[str]
+) -> tuple[Path, Path]:
     import torch
 
     from turbine.kernels_cache.target import compiler_version
@@ -210,6 +257,7 @@ def write_report(results: list[dict], args: argparse.Namespace, seconds: float) 
         "iree": compiler_version(),
         "samples_per_case": args.samples,
         "seconds": round(seconds, 1),
+        "not_run": not_run,
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -245,6 +293,15 @@ def _markdown(meta: dict, summary: dict, results: list[dict]) -> str:
         "random ops on shape and dtype). A case passes when all its samples do. `-`: torch has no such",
         "variant or dtype for the entry. Skips and their reasons: `tests/opinfo/opinfo_skips.py`.",
         "",
+    ]
+    if meta["not_run"]:
+        lines += [
+            f"**Interrupted: {len(meta['not_run'])} entries not run** (`--resume` runs them): "
+            + ", ".join(f"`{name}`" for name in meta["not_run"][:20])
+            + (", ..." if len(meta["not_run"]) > 20 else ""),
+            "",
+        ]
+    lines += [
         "## Totals",
         "",
         "| case | pass | fail | skip | n/a | pass rate |",
@@ -287,9 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=900, help="seconds one entry may take")
     parser.add_argument("--out", default=str(HERE.parent.parent / "docs"), help="where op-coverage.md/.json go")
     parser.add_argument("--quiet", action="store_true", help="no line per entry")
+    parser.add_argument("--resume", action="store_true", help="run only the entries missing from --out's report")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.argv = [a for a in argv if a != "--quiet"]
+    args.argv = [a for a in argv if a not in ("--quiet", "--resume")]
     if args.worker:
         worker(args.device, args.samples)
         return 0
@@ -301,13 +359,20 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in known]
     if unknown:
         parser.error(f"not op_db entries: {', '.join(unknown)} (names look like 'add' or 'max.reduction_with_dim')")
+    previous, seconds_before = _previous_run(args) if args.resume else ([], 0.0)
+    done_before = {r["op"] for r in previous}
     start = time.monotonic()
-    results = run_all(names, args)
-    md_path, json_path = write_report(results, args, time.monotonic() - start)
-    for label, row in summarize(results)["totals"].items():
+    _stop_on_sigterm()
+    results, not_run = run_all([n for n in names if n not in done_before], args)
+    seconds = seconds_before + time.monotonic() - start
+    md_path, json_path = write_report(previous + results, args, seconds, not_run)
+    for label, row in summarize(previous + results)["totals"].items():
         rate = "n/a" if row["pass_rate"] is None else f"{100 * row['pass_rate']:.1f}%"
         print(f"{label}: {row['pass']} pass ({rate})")
     print(f"wrote {md_path} and {json_path}")
+    if not_run:
+        print(f"interrupted: {len(not_run)} entries not run; add --resume to run them", file=sys.stderr)
+        return 1
     return 0
 
 

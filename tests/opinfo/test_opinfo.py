@@ -93,3 +93,36 @@ def test_every_skip_names_an_entry_and_gives_a_reason():
         assert dtype in (None, *opinfo_runner.DTYPES)
         assert direction in (None, "forward", "backward")
         assert len(reason.split()) >= 4, f"the skip of {name} needs a real reason"
+
+
+@pytest.mark.slow
+def test_an_interrupted_coverage_run_reports_what_it_finished_and_resumes(tmp_path):
+    """A SIGTERM (a time limit) mid-run writes the finished entries' report naming the rest;
+    --resume runs only the rest and adds them, so a long run can be split over several calls."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    names = ["neg", "abs", "sign", "square", "sgn", "frac"]
+    command = [sys.executable, "-m", "turbine", "coverage", "--device", DEVICE, "--jobs", "1", "--samples", "1"]
+    command += ["--out", str(tmp_path), "--ops", *names]
+    run = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    first = run.stderr.readline()  # the line of the first entry finished
+    assert first.startswith(names[0] + ":"), first
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 1 and "add --resume" in err, err
+    report = json.loads((tmp_path / "op-coverage.json").read_text())
+    not_run = report["meta"]["not_run"]
+    done = {r["op"] for r in report["results"]}
+    assert names[0] in done and not_run and set(not_run) | done == set(names) and not set(not_run) & done
+    assert "Interrupted" in (tmp_path / "op-coverage.md").read_text()
+
+    resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    ran_again = [line.split(":")[0] for line in resumed.stderr.splitlines() if line.split(":")[0] in names]
+    assert sorted(ran_again) == sorted(not_run)
+    report = json.loads((tmp_path / "op-coverage.json").read_text())
+    assert report["meta"]["not_run"] == [] and {r["op"] for r in report["results"]} == set(names)
+    assert "Interrupted" not in (tmp_path / "op-coverage.md").read_text()

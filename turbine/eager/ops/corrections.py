@@ -152,6 +152,8 @@ declare(
     "IREE's own adaptive max pooling stops at run time unless the sizes divide evenly",
     correction=decompositions.adaptive_max_pool_nd,
 )
+for _op in (_aten.max_unpool2d.default, _aten.max_unpool3d.default):
+    declare(_op, "IREE's lowering dropped values (a width-1 input unpooled to width 3)", correction=_decomposed(_op))
 declare(_aten.logcumsumexp.default, "IREE's gave inf", correction=decompositions.logcumsumexp)
 declare(
     _aten.multilabel_margin_loss_forward.default,
