@@ -60,18 +60,7 @@ class VendorKernel(TorchKernel):
         hand, lists of tensors one level deep as aten's schemas have them: a tree walk
         (torch.utils._pytree) cost more than the op on a foreach call's lists."""
         inputs: list[DeviceTensor] = []
-
-        def down(value: Any) -> Any:
-            if isinstance(value, DeviceTensor):
-                inputs.append(value)
-                return shared_view(value)
-            if isinstance(value, (list, tuple)) and value and any(isinstance(v, DeviceTensor) for v in value):
-                return [down(v) for v in value]
-            if isinstance(value, torch.device) and value.type == "turbine":
-                return torch_device(device)
-            return value
-
-        result = func(*[down(a) for a in args], **{k: down(v) for k, v in kwargs.items()})
+        result = func(*[_down(a, inputs, device) for a in args], **{k: _down(v, inputs, device) for k, v in kwargs.items()})
         finish_reads(inputs)
         if isinstance(result, torch.Tensor):
             return adopt(result, device)
@@ -82,3 +71,18 @@ class VendorKernel(TorchKernel):
         """Whether it competes for a call of ``func`` whose tensors have ``dtypes``."""
         return bool(dtypes) and self.cost(func, device) is not None
 
+
+
+def _down(value: Any, inputs: list[DeviceTensor], device: Device) -> Any:
+    """An argument as torch's kernel takes it: a DeviceTensor as a torch tensor over its memory
+    (noted in ``inputs``), a list of them item by item, the turbine device as torch's. A function
+    of its own, not a closure: a closure that calls itself is a reference cycle, which kept every
+    call's inputs (and their device memory) alive until Python's cycle collector ran."""
+    if isinstance(value, DeviceTensor):
+        inputs.append(value)
+        return shared_view(value)
+    if isinstance(value, (list, tuple)) and value and any(isinstance(v, DeviceTensor) for v in value):
+        return [_down(v, inputs, device) for v in value]
+    if isinstance(value, torch.device) and value.type == "turbine":
+        return torch_device(device)
+    return value
