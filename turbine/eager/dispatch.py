@@ -24,7 +24,7 @@ from turbine.eager.plans import FallbackPlan
 from turbine.eager.kernel_plan import KernelPlan
 from turbine.eager.registry import Continue
 from turbine.eager.schema import OpSchema, schema_of
-from turbine.eager.signature import Leaves, walk
+from turbine.eager.signature import Leaves, walk, walk_tensors
 from turbine.eager.tensor import empty
 from turbine.errors import CompileError, UnsupportedOpError
 
@@ -100,14 +100,15 @@ def _schema(func: Any) -> OpSchema:
 
 def plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
     """Run ``func`` through the plan its key selects, building the plan on the first call."""
-    schema = _schema(func)
-    leaves = walk(func, schema, args, kwargs)
+    leaves = None if kwargs else walk_tensors(func, args)
+    if leaves is None:
+        leaves = walk(func, _schema(func), args, kwargs)
     # A plan holds kernels loaded on one device, so the device is part of its key (the kernel
     # cache shares compiled modules between devices of one target by itself).
     key = (*leaves.key, leaves.device.index if leaves.device is not None else None)
     plan = runtime.state.plans.get(key)
     if plan is None:
-        plan = _new_plan(func, schema, args, kwargs, leaves, key)
+        plan = _new_plan(func, _schema(func), args, kwargs, leaves, key)
     return plan(leaves, args, kwargs)
 
 

@@ -17,7 +17,7 @@ from turbine.eager import fallback, runtime
 from turbine.eager.executors import Executor
 from turbine.eager.schema import OpSchema, functional_variant, functionalized_variant
 from turbine.eager.signature import Leaves
-from turbine.eager.tensor import DeviceTensor, ReinterpretedStorage, Storage, empty
+from turbine.eager.tensor import DeviceTensor, ReinterpretedStorage, Storage, ViewLayout, empty, torch_device
 from turbine.eager.views import dense, write
 from turbine.errors import UnsupportedOpError, detached
 
@@ -104,13 +104,19 @@ class ViewPlan:
         self.kind = kind
         self.structure = STRUCTURES[kind]
         self.dtype = dtype
+        self.layouts: list[ViewLayout] = []  # the geometries' layouts, made by the first call
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         storage = leaves.tensors[0]._storage
         if self.dtype is not None:
             storage = ReinterpretedStorage(storage, self.dtype)
-        outs = [DeviceTensor(storage, sizes, strides, offset) for sizes, strides, offset in self.geometries]
-        return self.structure(outs)
+        layouts = self.layouts
+        if not layouts or layouts[0].storage_numel != storage.numel:
+            layouts = self.layouts = [ViewLayout(*g, storage.numel, storage.dtype) for g in self.geometries]
+        device = torch_device(storage.device)
+        if self.kind == "tensor":
+            return layouts[0].make(storage, device)
+        return self.structure([layout.make(storage, device) for layout in layouts])
 
     def record(self) -> tuple:
         return ("view", self.geometries, self.kind, self.dtype)

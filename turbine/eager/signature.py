@@ -122,6 +122,28 @@ def walk(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Leaves:
     return leaves
 
 
+def walk_tensors(func: Any, args: tuple) -> Leaves | None:
+    """``walk`` for the commonest call, positional DeviceTensors on one device and nothing else
+    (``add(x, y)``, ``mm``, ``relu``): the same leaves and key, in a loop of a few steps. None for
+    any other call, which ``walk`` takes (and a mix of devices, whose error ``walk`` raises)."""
+    device = None
+    key: list = [func]
+    for value in args:
+        if type(value) is not DeviceTensor:
+            return None
+        storage_device = value._storage.device
+        if device is None:
+            device = storage_device
+        elif storage_device is not device:
+            return None
+        key.append(value._key)
+    leaves = Leaves()
+    leaves.key = key
+    leaves.tensors = list(args)
+    leaves.device = device
+    return leaves
+
+
 def rebuild(
     schema: OpSchema,
     args: tuple,

@@ -269,6 +269,29 @@ class DenseLayout:
         return tensor
 
 
+class ViewLayout:
+    """A view's geometry over a storage of ``storage_numel`` elements, worked out once by its plan
+    (whether it is dense, its plan-cache key), so making each view is one wrapper call."""
+
+    __slots__ = ("sizes", "strides", "offset", "storage_numel", "dense", "key")
+
+    def __init__(self, sizes: tuple, strides: tuple, offset: int, storage_numel: int, dtype: torch.dtype) -> None:
+        self.sizes, self.strides, self.offset, self.storage_numel = tuple(sizes), tuple(strides), offset, storage_numel
+        self.dense = offset == 0 and storage_numel == numel_of(self.sizes) and self.strides == contiguous_strides(self.sizes)
+        self.key = (self.sizes, dtype) if self.dense else (self.sizes, dtype, self.strides, offset, storage_numel)
+
+    def make(self, storage: Storage, device: torch.device) -> DeviceTensor:
+        """A DeviceTensor of this geometry over ``storage`` (whose numel is ``storage_numel``)."""
+        tensor = torch.Tensor._make_wrapper_subclass(
+            DeviceTensor, self.sizes, strides=self.strides, storage_offset=self.offset, dtype=storage.dtype, device=device
+        )
+        tensor._storage = storage
+        tensor._dense = self.dense
+        tensor._key = self.key
+        tensor._view_cache = None
+        return tensor
+
+
 _torch_devices: dict[int, torch.device] = {}
 
 

@@ -64,12 +64,12 @@ class TorchBuffer(Buffer):
 
     __slots__ = ("_hal", "stream")
 
-    def __init__(self, device: Device, tensor: torch.Tensor) -> None:
+    def __init__(self, device: Device, tensor: torch.Tensor, stream: tuple[int, int, int] | None = None) -> None:
         self.device = device
         self.shared = tensor
         self.nbytes = tensor.numel() * tensor.element_size()
         device.memory.held(self.nbytes)
-        self.stream = _stream_key(tensor) if tensor.is_cuda else None
+        self.stream = stream if stream is not None or device.kind != "cuda" else _stream_key(tensor)
         self._hal = self.reader = None
 
     def wait(self) -> None:
@@ -100,9 +100,16 @@ class TorchBuffer(Buffer):
         return self._hal
 
 
-def shared_view(tensor: DeviceTensor) -> torch.Tensor:
+def current_stream(device: Device) -> tuple[int, int, int] | None:
+    """The calling thread's torch stream on ``device``'s GPU, as a key (None on the CPU devices):
+    an op's torch kernel runs there. Taken once per op and handed to the calls below."""
+    return torch._C._cuda_getCurrentStream(device.spec.ordinal) if device.kind == "cuda" else None
+
+
+def shared_view(tensor: DeviceTensor, stream: tuple[int, int, int] | None = None) -> torch.Tensor:
     """A torch tensor (CPU or CUDA) over the same memory as ``tensor``, once its producer finished
-    (on the calling thread's torch stream, for a tensor torch made)."""
+    (on the calling thread's torch stream, ``stream`` if the caller has its key, for a tensor
+    torch made)."""
     storage = tensor._storage
     buffer = storage.buffer
     parts = STORAGE_ONLY.get(storage.dtype)  # complex storage crosses DLPack as its real parts
@@ -111,7 +118,7 @@ def shared_view(tensor: DeviceTensor) -> torch.Tensor:
         count = storage.numel * (2 if parts else 1)
         whole = buffer.shared = torch.from_dlpack(export_capsule(buffer, count, ELEMENT_TYPES[parts or storage.dtype]))
     elif isinstance(buffer, TorchBuffer) and buffer.stream is not None:
-        current = _stream_key(whole)
+        current = stream or _stream_key(whole)
         if current != buffer.stream:
             _stream(current).wait_stream(_stream(buffer.stream))
     if parts:
@@ -123,7 +130,7 @@ def shared_view(tensor: DeviceTensor) -> torch.Tensor:
     return whole.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
 
-def finish_reads(inputs: list[DeviceTensor]) -> None:
+def finish_reads(inputs: list[DeviceTensor], stream: tuple[int, int, int] | None = None) -> None:
     """Keep IREE's memory that a torch kernel read until torch's streams have read it.
 
     torch frees a DLPack view's memory (hands the buffer back to IREE) as soon as the view dies,
@@ -131,11 +138,12 @@ def finish_reads(inputs: list[DeviceTensor]) -> None:
     so each IREE buffer a torch kernel read on a GPU notes the streams that read it
     (:class:`TorchReads`), and as it dies its memory waits for them (device/retired.py). Inputs
     that are torch's own memory need none: torch's allocator orders their reuse on its stream.
+    ``stream``: the key of the stream that read them, if the caller has it.
     """
     for tensor in inputs:
         buffer = tensor._storage.buffer
-        if not isinstance(buffer, TorchBuffer) and tensor._storage.device.kind == "cuda":
-            key = _stream_key(buffer.shared)
+        if type(buffer) is not TorchBuffer and tensor._storage.device.kind == "cuda":
+            key = stream or _stream_key(buffer.shared)
             reads = buffer.reader
             if reads is None:
                 buffer.reader = TorchReads(key)
@@ -188,18 +196,22 @@ def _stream(key: tuple[int, int, int]) -> torch.cuda.Stream:
 _streams: dict[tuple[int, int, int], Any] = {}
 
 
-def adopt(result: torch.Tensor, device: Device) -> DeviceTensor:
-    """A torch result as a DeviceTensor over the same memory (IREE takes it when it needs it)."""
+def adopt(result: torch.Tensor, device: Device, stream: tuple[int, int, int] | None = None) -> DeviceTensor:
+    """A torch result as a DeviceTensor over the same memory (IREE takes it when it needs it);
+    ``stream``: the key of the torch stream that made it, if the caller has it."""
+    if result.dtype not in STORAGE_ONLY and result.is_contiguous() and not result.storage_offset() and not result.is_neg():
+        # The common case: a dense real result, its memory as it is.
+        return _layout(result.shape, result.dtype).make(TorchBuffer(device, result, stream), None, turbine_device(device))
     if result.is_conj() or result.is_neg():  # torch's lazy conj/neg bits, made real
         result = result.resolve_conj().resolve_neg()
     dense = result.contiguous()
     shared = torch.view_as_real(dense) if dense.dtype in STORAGE_ONLY else dense
     if shared.storage_offset():  # views of the buffer count their offsets from its start
         shared = shared.clone()
-    return _layout(tuple(dense.shape), dense.dtype).make(TorchBuffer(device, shared), None, turbine_device(device))
+    return _layout(dense.shape, dense.dtype).make(TorchBuffer(device, shared, stream), None, turbine_device(device))
 
 
 @functools.lru_cache(maxsize=4096)
-def _layout(sizes: tuple[int, ...], dtype: torch.dtype) -> DenseLayout:
+def _layout(sizes: torch.Size, dtype: torch.dtype) -> DenseLayout:
     """The layout of a dense result of these sizes (kept: making one costs a microsecond)."""
     return DenseLayout(sizes, dtype)

@@ -25,7 +25,7 @@ import torch
 
 from turbine.config import choice
 from turbine.device import Device
-from turbine.eager.executors.torch_kernel import TorchKernel, adopt, finish_reads, shared_view, torch_device
+from turbine.eager.executors.torch_kernel import TorchKernel, adopt, current_stream, finish_reads, shared_view, torch_device
 from turbine.eager.tensor import DeviceTensor
 
 #: The values ``TURBINE_EXECUTORS`` takes.
@@ -60,11 +60,14 @@ class VendorKernel(TorchKernel):
         hand, lists of tensors one level deep as aten's schemas have them: a tree walk
         (torch.utils._pytree) cost more than the op on a foreach call's lists."""
         inputs: list[DeviceTensor] = []
-        result = func(*[_down(a, inputs, device) for a in args], **{k: _down(v, inputs, device) for k, v in kwargs.items()})
-        finish_reads(inputs)
+        stream = current_stream(device)
+        result = func(
+            *[_down(a, inputs, device, stream) for a in args], **{k: _down(v, inputs, device, stream) for k, v in kwargs.items()}
+        )
+        finish_reads(inputs, stream)
         if isinstance(result, torch.Tensor):
-            return adopt(result, device)
-        results = [adopt(r, device) if isinstance(r, torch.Tensor) else r for r in result]
+            return adopt(result, device, stream)
+        results = [adopt(r, device, stream) if isinstance(r, torch.Tensor) else r for r in result]
         return results if isinstance(result, list) else tuple(results)
 
     def claims(self, func: Any, device: Device | None, dtypes: list[torch.dtype]) -> bool:
@@ -73,16 +76,16 @@ class VendorKernel(TorchKernel):
 
 
 
-def _down(value: Any, inputs: list[DeviceTensor], device: Device) -> Any:
+def _down(value: Any, inputs: list[DeviceTensor], device: Device, stream: tuple[int, int, int] | None) -> Any:
     """An argument as torch's kernel takes it: a DeviceTensor as a torch tensor over its memory
     (noted in ``inputs``), a list of them item by item, the turbine device as torch's. A function
     of its own, not a closure: a closure that calls itself is a reference cycle, which kept every
     call's inputs (and their device memory) alive until Python's cycle collector ran."""
     if isinstance(value, DeviceTensor):
         inputs.append(value)
-        return shared_view(value)
+        return shared_view(value, stream)
     if isinstance(value, (list, tuple)) and value and any(isinstance(v, DeviceTensor) for v in value):
-        return [_down(v, inputs, device) for v in value]
+        return [_down(v, inputs, device, stream) for v in value]
     if isinstance(value, torch.device) and value.type == "turbine":
         return torch_device(device)
     return value
