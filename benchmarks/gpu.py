@@ -8,7 +8,10 @@ training step (1024-4096-1024, batch 256, AdamW) and an ``nn.TransformerEncoderL
 backward (d_model 512, 8 heads, batch 16, sequence 128). Each is warmed up (its kernels compiled or
 loaded, its executors chosen: ``warm_up``) and then timed ``--repeats`` times, torch and turbine taking turns; the table gives medians,
 the ratio turbine / torch (time, or torch / turbine for rates, so above 1 is always turbine slower),
-and which executors ran turbine's ops (``turbine.stats()['executors']``). Rates are taken over
+and which executors ran turbine's ops (``turbine.stats()['executors']``). For the workloads the
+host's work per op decides, ``floor`` is the same workload on torch through the least possible
+Python tensor subclass (:class:`Floor`), and ``floor ratio`` its time over torch's: no design
+that dispatches each op in Python, turbine's included, can go below it. Rates are taken over
 bursts of ``BURST`` calls waited for once (before 2026-12-04, one call and a wait). Run it on the device
 machine with torch CUDA; on a CPU-only machine ``--device turbine:cpu --torch-device cpu`` checks
 that it runs.
@@ -122,6 +125,73 @@ WORKLOADS = {
 }
 
 
+class Floor(torch.Tensor):
+    """The least a Python tensor subclass can do: wrap a torch tensor and run each aten op on it.
+
+    Its time over torch's is the floor of any design that, like turbine's DeviceTensor, sends
+    every op through ``__torch_dispatch__`` in Python (the wrapper, the trip from torch's C++
+    dispatcher into Python and back, autograd over wrapper tensors): the ``floor`` column."""
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor) -> "Floor":
+        kwargs = {"strides": inner.stride(), "dtype": inner.dtype, "device": inner.device}
+        tensor = torch.Tensor._make_wrapper_subclass(cls, inner.shape, requires_grad=inner.requires_grad, **kwargs)
+        tensor.inner = inner
+        return tensor
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        result = func(*[_inner(a) for a in args], **{k: _inner(v) for k, v in (kwargs or {}).items()})
+        if isinstance(result, torch.Tensor):
+            return Floor(result)
+        if not isinstance(result, (tuple, list)):
+            return result  # a number (item(), a size)
+        return type(result)([Floor(r) if isinstance(r, torch.Tensor) else r for r in result])
+
+
+def _inner(value: object) -> object:
+    """An argument for torch's kernel: a Floor's tensor, lists of them item by item (aten's
+    schemas nest no deeper; a pytree walk would cost more than the rest of the wrapper)."""
+    if isinstance(value, Floor):
+        return value.inner
+    if isinstance(value, (list, tuple)):
+        return [_inner(v) for v in value]
+    return value
+
+
+def on_floor(make: Callable[[str], tuple]) -> Callable[[str], tuple]:
+    """A workload maker for the ``floor`` column: its tensors and module parameters made on
+    ``device`` (torch's), then wrapped as :class:`Floor` tensors."""
+
+    def made(device: str) -> tuple:
+        original_to = torch.Tensor.to
+
+        def to_floor(self: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+            moved = original_to(self, *args, **kwargs)
+            return moved if isinstance(moved, Floor) else Floor(moved)
+
+        def module_to(module: torch.nn.Module, *args, **kwargs) -> torch.nn.Module:
+            for owner in module.modules():
+                for name, param in list(owner.named_parameters(recurse=False)):
+                    setattr(owner, name, torch.nn.Parameter(Floor(original_to(param.detach(), device))))
+            return module
+
+        saved = torch.nn.Module.to
+        torch.Tensor.to, torch.nn.Module.to = to_floor, module_to
+        try:
+            return make(device)
+        finally:
+            torch.Tensor.to, torch.nn.Module.to = original_to, saved
+
+    return made
+
+
+#: Workloads whose time is mostly the host's work per op: they also get the ``floor`` column.
+HOST_BOUND = ("chained 256x256 add, per op", "MLP 1024-4096-1024 AdamW step", "TransformerEncoderLayer fwd+bwd")
+
+
 def seconds(run: Callable[[], list[torch.Tensor]], device: str) -> float:
     _wait([], device)
     start = time.perf_counter()
@@ -162,26 +232,39 @@ def main() -> None:
         f"turbine ({args.device}) against torch ({args.torch_device}), torch {torch.__version__}; "
         f"medians of {args.repeats} runs after a warm-up; ratio > 1: turbine slower",
         "",
-        "| workload | torch | turbine | ratio | turbine's executors |",
-        "|---|---|---|---|---|",
+        "| workload | torch | turbine | ratio | turbine's executors | floor | floor ratio |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, (make, unit, work) in WORKLOADS.items():
         if args.only and not any(part in name for part in args.only):
             continue
         reference, calls = make(args.torch_device)
         ours, _ = make(args.device)
-        for run, device in ((reference, args.torch_device), (ours, args.device)):
-            warm_up(run, device)
-        turbine.reset_stats()
-        times: dict[str, list[float]] = {"torch": [], "turbine": []}
+        floor = on_floor(make)(args.torch_device)[0] if name in HOST_BOUND else None
+        for run, device in ((reference, args.torch_device), (ours, args.device), (floor, args.torch_device)):
+            if run is not None:
+                warm_up(run, device)
+        times: dict[str, list[float]] = {"torch": [], "turbine": [], "floor": []}
+        executors: dict[str, int] = {}
         for _ in range(args.repeats):
             times["torch"].append(seconds(reference, args.torch_device))
+            turbine.reset_stats()
             times["turbine"].append(seconds(ours, args.device))
-        executors = {k: v // args.repeats for k, v in turbine.stats()["executors"].items() if v}
+            for k, v in turbine.stats()["executors"].items():
+                executors[k] = executors.get(k, 0) + v
+            if floor is not None:
+                times["floor"].append(seconds(floor, args.torch_device))
+        executors = {k: v // args.repeats for k, v in executors.items() if v}
         theirs = value(statistics.median(times["torch"]), unit, work, calls)
         mine = value(statistics.median(times["turbine"]), unit, work, calls)
         ratio = theirs / mine if work is not None else mine / theirs
-        lines.append(f"| {name} | {theirs:.1f} {unit} | {mine:.1f} {unit} | {ratio:.2f} | {executors} |")
+        row = f"| {name} | {theirs:.1f} {unit} | {mine:.1f} {unit} | {ratio:.2f} | {executors} |"
+        if floor is not None:
+            least = value(statistics.median(times["floor"]), unit, work, calls)
+            row += f" {least:.1f} {unit} | {least / theirs:.2f} |"
+        else:
+            row += " | |"
+        lines.append(row)
         print(lines[-1], flush=True)
     table = "\n".join(lines)
     print("\n" + table)
