@@ -98,6 +98,38 @@ def test_a_kernel_that_faults_marks_its_device_lost_and_other_devices_run_on(mon
     torch.testing.assert_close((xc.to(D) * 2).cpu(), xc * 2)
 
 
+def test_torchs_kernel_meeting_a_lost_context_marks_the_device_lost(monkeypatch):
+    """A fault can poison the GPU context that IREE and torch share before IREE sees it: torch's
+    kernel (the vendor's, the device fallback's) then fails first, in its words. That too marks
+    the device lost, naming the op, instead of the vendor handing the call to IREE (and every
+    later op failing in torch's words). On its own CPU device, with torch's error injected."""
+    from turbine.eager import timed_plan
+    from turbine.eager.executors import vendor
+
+    lost = "turbine:cpu6"
+    monkeypatch.setattr(failures, "_lost_devices", [])
+    monkeypatch.setattr(open_device(lost), "lost", None)
+    monkeypatch.setattr(timed_plan, "_best", lambda run: (1.0 if vendor_first.pop() else 2.0, run()))
+    vendor_first = [True, False]  # timed: IREE's call 2.0 us, the vendor's 1.0: the vendor wins
+    xc = torch.randn(5)
+    x = xc.to(lost)
+    with override(executors="all", background_compile=False):
+        torch.testing.assert_close((x + x).cpu(), xc + xc)
+
+        def fault(*args):
+            raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered\nCUDA kernel errors ...")
+
+        monkeypatch.setattr(vendor, "_down", fault)
+        with pytest.raises(DeviceLostError, match=r"turbine:cpu6 is lost: a kernel faulted \(running aten\.add\.Tensor on torch's kernel: CUDA error: an illegal memory"):
+            x + x
+        for later in (lambda: (x + x).cpu(), lambda: (x * 2).cpu(), lambda: x.cpu()):
+            with pytest.raises(DeviceLostError, match="restart the process"):
+                later()
+    (plan,) = [p for p in dispatch.plans().values() if isinstance(p, timed_plan.TimedPlan) and p.device is open_device(lost)]
+    assert plan.chosen == "vendor"  # the fault is not taken for a call torch has no kernel for
+    torch.testing.assert_close((xc.to(D) + 1).cpu(), xc + 1)
+
+
 def test_launch_blocking_waits_for_each_kernel(monkeypatch):
     waits = []
     device = open_device(D)

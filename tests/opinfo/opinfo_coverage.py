@@ -50,7 +50,30 @@ def worker(device: str, samples: int) -> None:
         name = line.strip()
         for result in opinfo_runner.run_entry(known[name], device, samples):
             print(json.dumps({"result": dataclasses.asdict(result)}), flush=True)
-        print(json.dumps({"done": name}), flush=True)
+        lost = _device_lost(device)
+        print(json.dumps({"done": name, "lost": lost}), flush=True)
+        if lost:
+            return  # nothing can run on this process's device again: the parent starts another
+
+
+def _device_lost(device: str) -> str | None:
+    """Why the device can no longer run work (a kernel of the last entry faulted), else None.
+
+    A GPU context a kernel faulted in is lost for the process; had the worker gone on, every later
+    entry would have failed in a few milliseconds with the same error (the first GPU run lost 130
+    entries that way). torch's view is asked too: a fault can poison the context IREE and torch
+    share without any turbine call seeing it yet."""
+    import torch
+
+    from turbine.device import open_device
+
+    opened = open_device(device)
+    if opened.lost is None and opened.kind == "cuda" and torch.cuda.is_initialized():
+        try:
+            torch.cuda.synchronize(opened.spec.ordinal)
+        except Exception as error:
+            return str(error).strip().splitlines()[0]
+    return opened.lost
 
 
 # --- parent side --------------------------------------------------------------------------
@@ -71,6 +94,7 @@ class Worker:
         )
         self.entry: str | None = None
         self.started = 0.0
+        self.retired = False  # its device was lost: it ends after its entry, and another takes over
         threading.Thread(target=self._forward, args=(events,), daemon=True).start()
 
     def _forward(self, events: queue.Queue) -> None:
@@ -134,8 +158,15 @@ def run_all(names: list[str], args: argparse.Namespace) -> tuple[list[dict], lis
                 progress.update(1)
                 progress.set_postfix_str(message["done"][:30])
                 _log_entry(message["done"], results, args.quiet)
+                if message.get("lost"):
+                    print(f"{args.device} was lost in {message['done']} ({message['lost']}); a new worker goes on", file=sys.stderr)
+                    w.entry, w.retired = None, True
+                    place = workers.index(w)
+                    w = workers[place] = Worker(w.number, events, args)
                 w.give(pending.popleft() if pending else None)
                 continue
+            if w.retired:
+                continue  # a worker whose device was lost, ending as it should
             # The worker ended: normally after its last entry, else it crashed or timed out.
             if w.entry is not None:
                 if w.process.wait() in (-signal.SIGINT, -signal.SIGTERM):

@@ -72,6 +72,29 @@ def test_a_result_closer_to_torchs_float64_than_its_float32_passes(monkeypatch):
     assert result.status == "fail" and "not close" in result.detail
 
 
+@pytest.mark.skipif(not (DEVICE.startswith("turbine:cuda") and torch.cuda.is_available()), reason="needs a turbine GPU device and torch CUDA")
+def test_on_a_gpu_a_result_that_matches_torch_cudas_passes(monkeypatch):
+    """On a GPU device a result may match torch's CUDA result instead of its CPU one (the vendor
+    runs torch's CUDA kernels); a result that matches neither still fails."""
+    op = ENTRIES["sin"]
+
+    def as_on_a_gpu(x, *args, **kwargs):
+        result = torch.sin(x, *args, **kwargs)
+        return result * (1 + 1e-3) if result.device.type in ("turbine", "cuda") else result
+
+    monkeypatch.setattr(opinfo_runner, "_variant", lambda op, variant: as_on_a_gpu)
+    result = opinfo_runner.run_case(op, "function", "float32", "forward", DEVICE, 2)
+    assert result.status == "pass", result.detail
+
+    def only_on_turbine(x, *args, **kwargs):
+        result = torch.sin(x, *args, **kwargs)
+        return result * (1 + 1e-3) if result.device.type == "turbine" else result
+
+    monkeypatch.setattr(opinfo_runner, "_variant", lambda op, variant: only_on_turbine)
+    result = opinfo_runner.run_case(op, "function", "float32", "forward", DEVICE, 2)
+    assert result.status == "fail" and "not close" in result.detail
+
+
 def test_a_result_left_on_the_cpu_fails_its_case(monkeypatch):
     op = ENTRIES["sin"]
     monkeypatch.setattr(opinfo_runner, "_variant", lambda op, variant: lambda x: torch.sin(x).cpu())
@@ -126,3 +149,38 @@ def test_an_interrupted_coverage_run_reports_what_it_finished_and_resumes(tmp_pa
     report = json.loads((tmp_path / "op-coverage.json").read_text())
     assert report["meta"]["not_run"] == [] and {r["op"] for r in report["results"]} == set(names)
     assert "Interrupted" not in (tmp_path / "op-coverage.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_worker_whose_device_was_lost_is_replaced(tmp_path):
+    """A kernel that faults loses the worker's GPU context; the next entries go to a new worker
+    instead of failing one after another in the lost one. The loss is injected after one entry."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(Path(opinfo_runner.__file__).parent)!r})\n"
+        "import opinfo_runner\n"
+        "from turbine.device import open_device\n"
+        "run_entry = opinfo_runner.run_entry\n"
+        "def losing(op, device, samples):\n"
+        "    yield from run_entry(op, device, samples)\n"
+        "    if opinfo_runner.entry_name(op) == os.environ['LOSE_AFTER']:\n"
+        "        open_device(device).lost = 'injected: CUDA_ERROR_ILLEGAL_ADDRESS'\n"
+        "opinfo_runner.run_entry = losing\n"
+    )
+    environment = dict(os.environ, LOSE_AFTER="neg", PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
+    command = [sys.executable, "-m", "turbine", "coverage", "--device", DEVICE, "--jobs", "1", "--samples", "1"]
+    done = subprocess.run(
+        [*command, "--out", str(tmp_path), "--ops", "neg", "abs", "sign"], capture_output=True, text=True, timeout=300, env=environment
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "was lost in neg (injected: CUDA_ERROR_ILLEGAL_ADDRESS); a new worker goes on" in done.stderr
+    import json
+
+    results = json.loads((tmp_path / "op-coverage.json").read_text())["results"]
+    forward = {r["op"]: r["status"] for r in results if (r["variant"], r["dtype"], r["direction"]) == ("function", "float32", "forward")}
+    assert forward == {"neg": "pass", "abs": "pass", "sign": "pass"}

@@ -35,7 +35,20 @@ CONTEXT_LOST = (
     "hipErrorIllegalAddress",
     "hipErrorLaunchFailure",
     "VK_ERROR_DEVICE_LOST",
+    # torch's words for the same errors, when one of its kernels over the device memory (the
+    # vendor executor, the device fallback) meets the lost context first
+    "an illegal memory access was encountered",
+    "device-side assert triggered",
+    "unspecified launch failure",
+    "misaligned address",
+    "an illegal instruction was encountered",
 )
+
+
+def context_lost(error: BaseException) -> bool:
+    """Whether ``error`` (IREE's or torch's) says the GPU context it ran on cannot run work again."""
+    words = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return any(mark in words for mark in CONTEXT_LOST)
 
 
 #: Names of the devices this process lost.
@@ -45,7 +58,7 @@ _lost_devices: list[str] = []
 def failure(device: Any, error: BaseException, doing: str) -> DeviceError:
     """The error to raise for IREE's ``error`` while ``device`` was ``doing`` something."""
     words = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    if any(mark in words for mark in CONTEXT_LOST):
+    if context_lost(error):
         if device.lost is None:
             device.lost = f"{doing}: {words}"
             _lost_devices.append(device.name)

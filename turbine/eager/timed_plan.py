@@ -26,7 +26,7 @@ from turbine.eager.kernel_plan import KernelPlan
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DeviceTensor
 from turbine.kernels_cache import kernel_cache
-from turbine.errors import detached
+from turbine.errors import DeviceError, detached
 
 log = logging.getLogger("turbine")
 
@@ -95,6 +95,8 @@ class TimedPlan:
         IREE's kernel keeps the signature (or, without one, the fallback policy runs it)."""
         try:
             result = executors.VENDOR.run(self.func, args, kwargs, self.device)
+        except (DeviceError, torch.OutOfMemoryError):
+            raise  # a lost device, out of memory: not a call torch has no kernel for
         except Exception as error:
             self._choose(leaves, "iree", f"torch's kernel failed: {fallback.first_line(error)}")
             return self._iree(leaves, args, kwargs)
@@ -108,6 +110,8 @@ class TimedPlan:
         counters.dispatches = launches + 1  # the timing runs count as one op
         try:
             vendor_us, _ = _best(lambda: executors.VENDOR.run(self.func, args, kwargs, self.device))
+        except (DeviceError, torch.OutOfMemoryError):
+            raise
         except Exception as error:  # torch has no kernel for it here (a dtype, a layout)
             self._choose(leaves, "iree", f"torch's kernel failed: {fallback.first_line(error)}")
             return result

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from turbine.device import Buffer, Device, export_capsule, import_capsule
+from turbine.device import Buffer, Device, export_capsule, failures, import_capsule
 from turbine.eager import host
 from turbine.eager.dtypes import ELEMENT_TYPES, STORAGE_ONLY
 from turbine.eager.executors.base import Executor
@@ -43,9 +43,23 @@ class TorchKernel(Executor):
             result = shared_view(tensor)
             return result.clone() if written else result
 
-        result = host.run_with_torch(func, args, kwargs, shared, lambda result: adopt(result, device), torch_device(device))
+        if device.lost is not None:
+            raise failures.lost(device)
+        try:
+            result = host.run_with_torch(func, args, kwargs, shared, lambda result: adopt(result, device), torch_device(device))
+        except Exception as error:
+            raise lost_or(error, device, func)
         finish_reads(host.device_tensors(args, kwargs))
         return result
+
+
+def lost_or(error: Exception, device: Device, func: Any) -> Exception:
+    """torch's error from its kernel on ``device``; if it says the GPU context is lost (a kernel
+    faulted, IREE's or torch's), the device is marked lost and every later use says so plainly
+    (device/failures.py) rather than torch failing each later op in its own words."""
+    if failures.context_lost(error):
+        return failures.failure(device, error, f"running {func} on torch's kernel")
+    return error
 
 
 def torch_device(device: Device) -> torch.device:

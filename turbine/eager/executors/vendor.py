@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from turbine.config import choice
-from turbine.device import Device
-from turbine.eager.executors.torch_kernel import TorchKernel, adopt, current_stream, finish_reads, shared_view, torch_device
+from turbine.device import Device, failures
+from turbine.eager.executors.torch_kernel import TorchKernel, adopt, current_stream, finish_reads, lost_or, shared_view, torch_device
 from turbine.eager.tensor import DeviceTensor
 
 #: The values ``TURBINE_EXECUTORS`` takes.
@@ -60,10 +60,15 @@ class VendorKernel(TorchKernel):
         hand, lists of tensors one level deep as aten's schemas have them: a tree walk
         (torch.utils._pytree) cost more than the op on a foreach call's lists."""
         inputs: list[DeviceTensor] = []
+        if device.lost is not None:
+            raise failures.lost(device)
         stream = current_stream(device)
-        result = func(
-            *[_down(a, inputs, device, stream) for a in args], **{k: _down(v, inputs, device, stream) for k, v in kwargs.items()}
-        )
+        try:
+            result = func(
+                *[_down(a, inputs, device, stream) for a in args], **{k: _down(v, inputs, device, stream) for k, v in kwargs.items()}
+            )
+        except Exception as error:
+            raise lost_or(error, device, func)
         finish_reads(inputs, stream)
         if isinstance(result, torch.Tensor):
             return adopt(result, device, stream)

@@ -200,14 +200,15 @@ def _masked_scatter(func: Any, args: tuple, kwargs: dict) -> Continue:
     past the source. The ones past the source's count are dropped from the mask the kernel gets
     (the count itself is checked, so the error comes at the next read)."""
     target, mask, source = (_argument(args, kwargs, func, name) for name in ("self", "mask", "source"))
-    if not isinstance(mask, DeviceTensor) or target.numel() == 0:
+    shape = torch.broadcast_shapes(target.shape, mask.shape)  # the result's: the two broadcast together
+    if not isinstance(mask, DeviceTensor) or shape.numel() == 0:
         return Continue(args, kwargs)
     available = source.numel()
-    flat = mask.expand(target.shape).reshape(-1)
+    flat = mask.expand(shape).reshape(-1)
     count = flat.to(torch.int64).cumsum(0)
     error = lambda value, position: RuntimeError("Number of elements of source < number of ones in mask")  # noqa: E731
     checked(count[-1:], 0, available + 1, error)
-    safe = (flat & (count <= available)).reshape(target.shape)
+    safe = (flat & (count <= available)).reshape(shape)
     return Continue(*_replaced(args, kwargs, func, "mask", safe))
 
 
