@@ -10,7 +10,7 @@ loaded, its executors chosen: ``warm_up``) and then timed ``--repeats`` times, t
 the ratio turbine / torch (time, or torch / turbine for rates, so above 1 is always turbine slower),
 and which executors ran turbine's ops (``turbine.stats()['executors']``). For the workloads the
 host's work per op decides, ``floor`` is the same workload on torch through the least possible
-Python tensor subclass (:class:`Floor`), and ``floor ratio`` its time over torch's: no design
+Python tensor subclass (``benchmarks/floor.py``), and ``floor ratio`` its time over torch's: no design
 that dispatches each op in Python, turbine's included, can go below it. Rates are taken over
 bursts of ``BURST`` calls waited for once (before 2026-12-04, one call and a wait). Run it on the device
 machine with torch CUDA; on a CPU-only machine ``--device turbine:cpu --torch-device cpu`` checks
@@ -27,6 +27,7 @@ from typing import Callable
 import torch
 
 import turbine
+from floor import on_floor
 from turbine.kernels_cache import kernel_cache
 
 
@@ -123,69 +124,6 @@ WORKLOADS = {
     "MLP 1024-4096-1024 AdamW step": (mlp_step, "ms", None),
     "TransformerEncoderLayer fwd+bwd": (encoder_layer, "ms", None),
 }
-
-
-class Floor(torch.Tensor):
-    """The least a Python tensor subclass can do: wrap a torch tensor and run each aten op on it.
-
-    Its time over torch's is the floor of any design that, like turbine's DeviceTensor, sends
-    every op through ``__torch_dispatch__`` in Python (the wrapper, the trip from torch's C++
-    dispatcher into Python and back, autograd over wrapper tensors): the ``floor`` column."""
-
-    @staticmethod
-    def __new__(cls, inner: torch.Tensor) -> "Floor":
-        kwargs = {"strides": inner.stride(), "dtype": inner.dtype, "device": inner.device}
-        tensor = torch.Tensor._make_wrapper_subclass(cls, inner.shape, requires_grad=inner.requires_grad, **kwargs)
-        tensor.inner = inner
-        return tensor
-
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        result = func(*[_inner(a) for a in args], **{k: _inner(v) for k, v in (kwargs or {}).items()})
-        if isinstance(result, torch.Tensor):
-            return Floor(result)
-        if not isinstance(result, (tuple, list)):
-            return result  # a number (item(), a size)
-        return type(result)([Floor(r) if isinstance(r, torch.Tensor) else r for r in result])
-
-
-def _inner(value: object) -> object:
-    """An argument for torch's kernel: a Floor's tensor, lists of them item by item (aten's
-    schemas nest no deeper; a pytree walk would cost more than the rest of the wrapper)."""
-    if isinstance(value, Floor):
-        return value.inner
-    if isinstance(value, (list, tuple)):
-        return [_inner(v) for v in value]
-    return value
-
-
-def on_floor(make: Callable[[str], tuple]) -> Callable[[str], tuple]:
-    """A workload maker for the ``floor`` column: its tensors and module parameters made on
-    ``device`` (torch's), then wrapped as :class:`Floor` tensors."""
-
-    def made(device: str) -> tuple:
-        original_to = torch.Tensor.to
-
-        def to_floor(self: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-            moved = original_to(self, *args, **kwargs)
-            return moved if isinstance(moved, Floor) else Floor(moved)
-
-        def module_to(module: torch.nn.Module, *args, **kwargs) -> torch.nn.Module:
-            for owner in module.modules():
-                for name, param in list(owner.named_parameters(recurse=False)):
-                    setattr(owner, name, torch.nn.Parameter(Floor(original_to(param.detach(), device))))
-            return module
-
-        saved = torch.nn.Module.to
-        torch.Tensor.to, torch.nn.Module.to = to_floor, module_to
-        try:
-            return make(device)
-        finally:
-            torch.Tensor.to, torch.nn.Module.to = original_to, saved
-
-    return made
 
 
 #: Workloads whose time is mostly the host's work per op: they also get the ``floor`` column.
