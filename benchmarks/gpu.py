@@ -10,8 +10,8 @@ loaded, its executors chosen: ``warm_up``) and then timed ``--repeats`` times, t
 the ratio turbine / torch (time, or torch / turbine for rates, so above 1 is always turbine slower),
 and which executors ran turbine's ops (``turbine.stats()['executors']``). For the workloads the
 host's work per op decides, ``floor`` is the same workload on torch through the least possible
-Python tensor subclass (``benchmarks/floor.py``), and ``floor ratio`` its time over torch's: no design
-that dispatches each op in Python, turbine's included, can go below it. Rates are taken over
+Python tensor subclass (``benchmarks/floor.py``), and ``floor ratio`` its time over torch's: a design
+that dispatches each op in Python, turbine's included, has at least that much to do. Rates are taken over
 bursts of ``BURST`` calls waited for once (before 2026-12-04, one call and a wait). Run it on the device
 machine with torch CUDA; on a CPU-only machine ``--device turbine:cpu --torch-device cpu`` checks
 that it runs.

@@ -38,7 +38,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def worker(device: str, samples: int) -> None:
-    """Read entry names from stdin; print one JSON line per case, then ``{"done": name}``."""
+    """Read entry names from stdin; print one JSON line per case, then ``{"done": name, "lost":
+    why}``, where ``why`` says the device was lost in the entry (the worker then ends) or is None."""
     import warnings
 
     sys.path.insert(0, str(HERE))
@@ -67,12 +68,15 @@ def _device_lost(device: str) -> str | None:
 
     from turbine.device import open_device
 
+    from turbine.device import failures
+
     opened = open_device(device)
     if opened.lost is None and opened.kind == "cuda" and torch.cuda.is_initialized():
         try:
             torch.cuda.synchronize(opened.spec.ordinal)
-        except Exception as error:
-            return str(error).strip().splitlines()[0]
+        except Exception as error:  # marked lost, so that the process leaves without releasing it
+            failures.failure(opened, error, "after the entry")
+            return opened.lost or str(error).strip().splitlines()[0]
     return opened.lost
 
 
@@ -103,14 +107,18 @@ class Worker:
         events.put((self, None))
 
     def give(self, entry: str | None) -> None:
-        """Start an entry, or (None) tell the worker to finish."""
+        """Start an entry, or (None) tell the worker to finish. A worker that died meanwhile
+        cannot be told: its end of output then reports it, with this entry as its crash."""
         self.entry = entry
         self.started = time.monotonic()
-        if entry is None:
-            self.process.stdin.close()
-        else:
-            self.process.stdin.write(entry + "\n")
-            self.process.stdin.flush()
+        try:
+            if entry is None:
+                self.process.stdin.close()
+            else:
+                self.process.stdin.write(entry + "\n")
+                self.process.stdin.flush()
+        except OSError:  # BrokenPipeError: the process is gone
+            pass
 
     def last_error_line(self) -> str:
         self.log.seek(0)
@@ -161,6 +169,7 @@ def run_all(names: list[str], args: argparse.Namespace) -> tuple[list[dict], lis
                 if message.get("lost"):
                     print(f"{args.device} was lost in {message['done']} ({message['lost']}); a new worker goes on", file=sys.stderr)
                     w.entry, w.retired = None, True
+                    w.process.kill()  # its results are in; a lost context may never let it exit
                     place = workers.index(w)
                     w = workers[place] = Worker(w.number, events, args)
                 w.give(pending.popleft() if pending else None)
@@ -170,7 +179,8 @@ def run_all(names: list[str], args: argparse.Namespace) -> tuple[list[dict], lis
             # The worker ended: normally after its last entry, else it crashed or timed out.
             if w.entry is not None:
                 if w.process.wait() in (-signal.SIGINT, -signal.SIGTERM):
-                    raise Interrupted  # the signal reached the workers before this process
+                    time.sleep(1)  # a Ctrl-C or time limit for the whole run reaches this process too
+                    # (its handler raises Interrupted meanwhile); else the worker alone was stopped
                 timed_out = time.monotonic() - w.started > args.timeout
                 why = f"timed out after {args.timeout} s" if timed_out else f"the worker process died: {w.last_error_line()}"
                 op = known[w.entry]
@@ -194,30 +204,40 @@ def run_all(names: list[str], args: argparse.Namespace) -> tuple[list[dict], lis
     return kept, [name for name in names if name not in finished]
 
 
-def _stop_on_sigterm() -> None:
-    """A time limit's SIGTERM ends the run the way Ctrl-C does, so the report is still written."""
+def _stop_on_sigterm() -> Any:
+    """A time limit's SIGTERM ends the run the way Ctrl-C does, so the report is still written;
+    returns the handler that was there, to put back once the run is over."""
 
     def stop(signum: int, frame: Any) -> None:
         raise Interrupted
 
-    signal.signal(signal.SIGTERM, stop)
+    return signal.signal(signal.SIGTERM, stop)
 
 
-def _previous_run(args: argparse.Namespace) -> tuple[list[dict], float]:
-    """For --resume: the cases of the entries an earlier run on this device finished, and its seconds."""
+def _previous_run(args: argparse.Namespace) -> tuple[list[dict], dict]:
+    """For --resume: the cases of the entries an earlier run finished, and its report's meta
+    (its seconds, the entries it did not run). Its device, samples, torch and IREE must be this
+    run's, or the two halves would not make one report."""
+    import torch
+
+    from turbine.kernels_cache.target import compiler_version
+
     path = Path(args.out) / "op-coverage.json"
     if not path.exists():
-        return [], 0.0
+        return [], {"seconds": 0.0, "not_run": []}
     report = json.loads(path.read_text())
-    if report["meta"]["device"] != args.device:
+    meta = report["meta"]
+    now = {"device": args.device, "samples_per_case": args.samples, "torch": torch.__version__, "iree": compiler_version()}
+    differ = [f"{key} {meta.get(key)!r} (now {value!r})" for key, value in now.items() if meta.get(key) != value]
+    if differ:
         raise SystemExit(
-            f"--resume: {path} reports {report['meta']['device']}, not {args.device}; "
+            f"--resume: {path} was made with another {', '.join(differ)}; "
             "give another --out, or run without --resume to start over"
         )
     import opinfo_runner
 
     # The report leaves out empty fields; the Result dataclass restores them.
-    return [dataclasses.asdict(opinfo_runner.Result(**r)) for r in report["results"]], report["meta"]["seconds"]
+    return [dataclasses.asdict(opinfo_runner.Result(**r)) for r in report["results"]], meta
 
 
 def _log_entry(name: str, results: dict, quiet: bool) -> None:
@@ -390,12 +410,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in known]
     if unknown:
         parser.error(f"not op_db entries: {', '.join(unknown)} (names look like 'add' or 'max.reduction_with_dim')")
-    previous, seconds_before = _previous_run(args) if args.resume else ([], 0.0)
+    previous, before = _previous_run(args) if args.resume else ([], {"seconds": 0.0, "not_run": []})
     done_before = {r["op"] for r in previous}
+    to_run = [n for n in names if n not in done_before]
     start = time.monotonic()
-    _stop_on_sigterm()
-    results, not_run = run_all([n for n in names if n not in done_before], args)
-    seconds = seconds_before + time.monotonic() - start
+    handler = _stop_on_sigterm()
+    results, not_run = run_all(to_run, args)
+    signal.signal(signal.SIGTERM, handler)
+    # entries an earlier run left that this one was not asked for stay listed as not run
+    not_run += [n for n in before["not_run"] if n not in to_run and n not in done_before]
+    seconds = before["seconds"] + time.monotonic() - start
     md_path, json_path = write_report(previous + results, args, seconds, not_run)
     for label, row in summarize(previous + results)["totals"].items():
         rate = "n/a" if row["pass_rate"] is None else f"{100 * row['pass_rate']:.1f}%"

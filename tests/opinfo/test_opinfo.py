@@ -131,8 +131,10 @@ def test_an_interrupted_coverage_run_reports_what_it_finished_and_resumes(tmp_pa
     command = [sys.executable, "-m", "turbine", "coverage", "--device", DEVICE, "--jobs", "1", "--samples", "1"]
     command += ["--out", str(tmp_path), "--ops", *names]
     run = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    first = run.stderr.readline()  # the line of the first entry finished
-    assert first.startswith(names[0] + ":"), first
+    first = ""
+    while not first.startswith(names[0] + ":"):  # the line of the first entry finished (after any warning)
+        first = run.stderr.readline()
+        assert first, "the run ended before its first entry finished"
     run.send_signal(signal.SIGTERM)
     _, err = run.communicate(timeout=120)
     assert run.returncode == 1 and "add --resume" in err, err

@@ -37,11 +37,11 @@ CONTEXT_LOST = (
     "VK_ERROR_DEVICE_LOST",
     # torch's words for the same errors, when one of its kernels over the device memory (the
     # vendor executor, the device fallback) meets the lost context first
-    "an illegal memory access was encountered",
-    "device-side assert triggered",
-    "unspecified launch failure",
-    "misaligned address",
-    "an illegal instruction was encountered",
+    "CUDA error: an illegal memory access was encountered",
+    "CUDA error: device-side assert triggered",
+    "CUDA error: unspecified launch failure",
+    "CUDA error: misaligned address",
+    "CUDA error: an illegal instruction was encountered",
 )
 
 
@@ -56,7 +56,8 @@ _lost_devices: list[str] = []
 
 
 def failure(device: Any, error: BaseException, doing: str) -> DeviceError:
-    """The error to raise for IREE's ``error`` while ``device`` was ``doing`` something."""
+    """The error to raise for IREE's ``error`` (or torch's, from its kernel over the device's
+    memory) while ``device`` was ``doing`` something."""
     words = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     if context_lost(error):
         if device.lost is None:

@@ -92,7 +92,8 @@ _BACKWARD = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad
 _SHALLOW_COPY_COMPATIBLE = torch._has_compatible_shallow_copy_type
 _PIN = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
 _ONE_HOT = torch.nn.functional.one_hot
-_INTERCEPTED = (*_TENSOR_TO, _PARSE_TO, *_BACKWARD, _SHALLOW_COPY_COMPATIBLE, torch.device, *_PIN, _ONE_HOT)
+#: Checked on every torch call in the process: a set, so the check is one hash lookup.
+_INTERCEPTED = frozenset((*_TENSOR_TO, _PARSE_TO, *_BACKWARD, _SHALLOW_COPY_COMPATIBLE, torch.device, *_PIN, _ONE_HOT))
 
 
 def _device_object(*args: Any, **kwargs: Any) -> torch.device:

@@ -26,7 +26,7 @@ from turbine.eager.kernel_plan import KernelPlan
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DeviceTensor
 from turbine.kernels_cache import kernel_cache
-from turbine.errors import DeviceError, detached
+from turbine.errors import DeviceError, DeviceLostError, detached
 
 log = logging.getLogger("turbine")
 
@@ -110,9 +110,9 @@ class TimedPlan:
         counters.dispatches = launches + 1  # the timing runs count as one op
         try:
             vendor_us, _ = _best(lambda: executors.VENDOR.run(self.func, args, kwargs, self.device))
-        except (DeviceError, torch.OutOfMemoryError):
-            raise
-        except Exception as error:  # torch has no kernel for it here (a dtype, a layout)
+        except DeviceLostError:
+            raise  # not a call torch has no kernel for (IREE's result is no use either)
+        except Exception as error:  # torch has no kernel for it here (a dtype, a layout), or no memory
             self._choose(leaves, "iree", f"torch's kernel failed: {fallback.first_line(error)}")
             return result
         self.times = {"iree": round(iree_us, 1), "vendor": round(vendor_us, 1)}

@@ -48,18 +48,23 @@ class TorchKernel(Executor):
         try:
             result = host.run_with_torch(func, args, kwargs, shared, lambda result: adopt(result, device), torch_device(device))
         except Exception as error:
-            raise lost_or(error, device, func)
+            lost = lost_context(error, device, func)
+            if lost is not None:
+                raise lost from error
+            raise
         finish_reads(host.device_tensors(args, kwargs))
         return result
 
 
-def lost_or(error: Exception, device: Device, func: Any) -> Exception:
-    """torch's error from its kernel on ``device``; if it says the GPU context is lost (a kernel
-    faulted, IREE's or torch's), the device is marked lost and every later use says so plainly
-    (device/failures.py) rather than torch failing each later op in its own words."""
+def lost_context(error: Exception, device: Device, func: Any) -> Exception | None:
+    """If torch's ``error`` from its kernel on ``device`` says the GPU context is lost (a kernel
+    faulted, IREE's or torch's): the device marked lost and the error to raise, so that every
+    later use says so plainly (device/failures.py) rather than torch failing each later op in its
+    own words. None for any other error. (torch's CPU kernels never speak of CUDA errors, so the
+    device's kind need not be asked.)"""
     if failures.context_lost(error):
         return failures.failure(device, error, f"running {func} on torch's kernel")
-    return error
+    return None
 
 
 def torch_device(device: Device) -> torch.device:
@@ -83,7 +88,7 @@ class TorchBuffer(Buffer):
         self.shared = tensor
         self.nbytes = tensor.numel() * tensor.element_size()
         device.memory.held(self.nbytes)
-        self.stream = stream if stream is not None or device.kind != "cuda" else _stream_key(tensor)
+        self.stream = (stream or _stream_key(tensor)) if tensor.is_cuda else None
         self._hal = self.reader = None
 
     def wait(self) -> None:

@@ -25,7 +25,7 @@ import torch
 
 from turbine.config import choice
 from turbine.device import Device, failures
-from turbine.eager.executors.torch_kernel import TorchKernel, adopt, current_stream, finish_reads, lost_or, shared_view, torch_device
+from turbine.eager.executors.torch_kernel import TorchKernel, adopt, current_stream, finish_reads, lost_context, shared_view, torch_device
 from turbine.eager.tensor import DeviceTensor
 
 #: The values ``TURBINE_EXECUTORS`` takes.
@@ -68,7 +68,10 @@ class VendorKernel(TorchKernel):
                 *[_down(a, inputs, device, stream) for a in args], **{k: _down(v, inputs, device, stream) for k, v in kwargs.items()}
             )
         except Exception as error:
-            raise lost_or(error, device, func)
+            lost = lost_context(error, device, func)
+            if lost is not None:
+                raise lost from error
+            raise
         finish_reads(inputs, stream)
         if isinstance(result, torch.Tensor):
             return adopt(result, device, stream)
@@ -78,7 +81,6 @@ class VendorKernel(TorchKernel):
     def claims(self, func: Any, device: Device | None, dtypes: list[torch.dtype]) -> bool:
         """Whether it competes for a call of ``func`` whose tensors have ``dtypes``."""
         return bool(dtypes) and self.cost(func, device) is not None
-
 
 
 def _down(value: Any, inputs: list[DeviceTensor], device: Device, stream: tuple[int, int, int] | None) -> Any:
