@@ -7,7 +7,9 @@ Each workload runs three ways, taking turns: torch on ``--torch-device``; the sa
 :class:`Floor`, a wrapper subclass whose ``__torch_dispatch__`` only unwraps, runs torch's op and
 wraps (what turbine's DeviceTensor must do at the least); and turbine on ``--device``. The table
 gives microseconds per step and the ratios: floor / torch is the price of the design, turbine /
-floor what turbine adds to it. ``--vendor`` runs every timed op on the vendor executor (torch's
+floor what turbine adds to it. torch and the floor run as they do without turbine: turbine's
+function mode (which every torch call in the process passes, eager/mode.py) is taken off while
+they run, so its cost counts on turbine's side. ``--vendor`` runs every timed op on the vendor executor (torch's
 kernels over the device memory, as the GPU chooses for most ops), with ``TURBINE_EXECUTORS=all``
 on the CPU. ``benchmarks/gpu.py`` gives the same floor column at issue 17's sizes on a GPU.
 """
@@ -15,6 +17,7 @@ on the CPU. ``benchmarks/gpu.py`` gives the same floor column at issue 17's size
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
@@ -139,11 +142,16 @@ def _wait(device: str) -> None:
 
 
 def _seconds(run: Callable[[], None], device: str, times: int = 5) -> float:
-    _wait(device)
-    start = time.perf_counter()
-    for _ in range(times):
-        run()
-    _wait(device)
+    """Seconds per call; torch's side (torch's devices, the floor) runs as it does without turbine
+    (turbine's function mode, which every torch call in the process passes, taken off meanwhile)."""
+    from turbine.eager.mode import suspended
+
+    with contextlib.nullcontext() if device.startswith("turbine") else suspended():
+        _wait(device)
+        start = time.perf_counter()
+        for _ in range(times):
+            run()
+        _wait(device)
     return (time.perf_counter() - start) / times
 
 

@@ -12,7 +12,9 @@ and which executors ran turbine's ops (``turbine.stats()['executors']``). For th
 host's work per op decides, ``floor`` is the same workload on torch through the least possible
 Python tensor subclass (``benchmarks/floor.py``), and ``floor ratio`` its time over torch's: a design
 that dispatches each op in Python, turbine's included, has at least that much to do. Rates are taken over
-bursts of ``BURST`` calls waited for once (before 2026-12-04, one call and a wait). Run it on the device
+bursts of ``BURST`` calls waited for once (before 2026-12-04, one call and a wait). torch's side is
+timed as it runs without turbine (from 2026-12-05): turbine's function mode, which every torch call
+in the process passes (about a microsecond each), is taken off while torch runs. Run it on the device
 machine with torch CUDA; on a CPU-only machine ``--device turbine:cpu --torch-device cpu`` checks
 that it runs.
 """
@@ -20,6 +22,7 @@ that it runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from typing import Callable
@@ -28,6 +31,7 @@ import torch
 
 import turbine
 from floor import on_floor
+from turbine.eager.mode import suspended
 from turbine.kernels_cache import kernel_cache
 
 
@@ -131,10 +135,13 @@ HOST_BOUND = ("chained 256x256 add, per op", "MLP 1024-4096-1024 AdamW step", "T
 
 
 def seconds(run: Callable[[], list[torch.Tensor]], device: str) -> float:
-    _wait([], device)
-    start = time.perf_counter()
-    _wait(run(), device)
-    return time.perf_counter() - start
+    """One run's seconds; torch's side runs as without turbine (turbine's function mode, which
+    every torch call in the process passes, taken off meanwhile)."""
+    with contextlib.nullcontext() if device.startswith("turbine") else suspended():
+        _wait([], device)
+        start = time.perf_counter()
+        _wait(run(), device)
+        return time.perf_counter() - start
 
 
 def warm_up(run: Callable[[], list[torch.Tensor]], device: str) -> None:

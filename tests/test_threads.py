@@ -80,3 +80,22 @@ def test_eight_threads_each_issue_thousands_of_ops_on_one_and_two_devices():
         for future in futures:
             ours, expected = future.result()
             torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_mode_can_be_suspended_on_a_thread_for_a_while():
+    """``mode.suspended()`` (what benchmarks time torch with) takes turbine's function mode off
+    this thread and puts it back: inside, torch cannot parse a turbine name; outside, it can."""
+    from turbine.eager import mode
+
+    with mode.suspended():
+        with pytest.raises(RuntimeError):
+            torch.device("turbine:cpu")
+        torch.testing.assert_close(torch.ones(2) + 1, torch.full((2,), 2.0))
+    assert torch.device("turbine:cpu").type == "turbine"
+    class PassThrough(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with PassThrough():  # another mode on top of turbine's: both left as they are
+        with mode.suspended():
+            assert torch.device("turbine:cpu").type == "turbine"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -172,6 +172,22 @@ def install() -> None:
         enable_in_thread()
         _start_threads_with_the_mode()
         _mode._turbine_installed = True
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """torch as it runs without turbine, on this thread, meanwhile: the mode is taken off the
+    thread's function-mode stack (it costs every torch call about a microsecond). Benchmarks time
+    torch's side this way; turbine's device names are not understood inside."""
+    stack = torch.overrides._get_current_function_mode_stack()
+    if not stack or stack[-1] is not _mode:
+        yield
+        return
+    popped = torch._C._pop_torch_function_stack()
+    try:
+        yield
+    finally:
+        torch._C._push_on_torch_function_stack(popped)
 
 
 def enable_in_thread() -> None:
