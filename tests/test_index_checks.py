@@ -230,6 +230,10 @@ RANGED = {
         lambda d: torch.zeros(4, device=d).masked_scatter(torch.tensor([True, False, True, False], device=d), torch.arange(1.0, 3.0, device=d)),
         lambda d: torch.zeros(4, device=d).masked_scatter(torch.tensor([True, True, True, False], device=d), torch.arange(1.0, 3.0, device=d)),
     ),
+    "repeat_interleave output_size": (
+        lambda d: torch.repeat_interleave(torch.tensor([1, 2, 3], device=d), output_size=6),
+        lambda d: torch.repeat_interleave(torch.tensor([1, 2, 3], device=d), output_size=4),
+    ),
     "masked_scatter broadcast": (  # the result takes the broadcast shape of the tensor and the mask
         lambda d: torch.zeros(3, device=d).masked_scatter(torch.tensor([[True], [False]], device=d), torch.arange(1.0, 4.0, device=d)),
         lambda d: torch.zeros(3, device=d).masked_scatter(torch.tensor([[True], [True]], device=d), torch.arange(1.0, 4.0, device=d)),

@@ -212,6 +212,20 @@ def _masked_scatter(func: Any, args: tuple, kwargs: dict) -> Continue:
     return Continue(*_replaced(args, kwargs, func, "mask", safe))
 
 
+def _repeat_counts(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """``repeat_interleave(repeats, output_size=n)``: the repeats must add up to ``n``, which torch's
+    CPU kernel checks and its CUDA kernel does not (a larger sum writes past the result). A sum
+    over ``n`` gives the kernel no repeats at all; any other sum is reported at the next read."""
+    repeats, size = args[0], _argument(args, kwargs, func, "output_size")
+    if size is None or not isinstance(repeats, DeviceTensor) or repeats.numel() == 0:
+        return Continue(args, kwargs)
+    total = repeats.sum().reshape(1).to(torch.int64)
+    error = lambda value, position: RuntimeError("allocated size does not match required size")  # noqa: E731
+    checked(total, size, size + 1, error)
+    safe = torch.where(total <= size, repeats, torch.zeros_like(repeats))
+    return Continue(*_replaced(args, kwargs, func, "repeats", safe))
+
+
 def check_indexing(source: DeviceTensor, indices: list) -> list:
     """``x[i, j]``'s index tensors, each checked against the dim it indexes (a boolean mask takes
     as many dims as it has, and is not checked: it cannot point outside)."""
@@ -252,6 +266,7 @@ declare(
 )
 declare(aten.binary_cross_entropy.default, "its input and target are checked to lie in [0, 1]", handler=_probabilities)
 declare(aten.masked_scatter.default, "its mask's ones are counted against the source's elements", handler=_masked_scatter)
+declare(aten.repeat_interleave.Tensor, "its repeats are added up against the output_size it is given", handler=_repeat_counts)
 declare(
     [aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default, aten.nll_loss2d_backward.default],
     "its class targets are checked against the number of classes (ignore_index aside)",
