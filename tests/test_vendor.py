@@ -254,6 +254,25 @@ def test_a_foreach_op_runs_whole_on_the_vendor(vendor_on, stats):
     assert stats()["executors"].get("vendor") == 2 and stats()["executors"].get("iree", 0) == 0
 
 
+def test_an_in_place_foreach_op_on_the_vendor_writes_views_and_shared_storages(vendor_on, stats):
+    """Dense targets take torch's results as their buffers; a view's result is written into its
+    base; a tensor that shares a target's storage sees the new values."""
+    base = torch.randn(4, 6)
+    ours_base = base.to(D)
+    column, alias = ours_base[:, 1], ours_base.view(24)  # a strided view; a second view of the whole storage
+    dense = torch.randn(3).to(D)
+    expected_dense = dense.cpu() * 3
+    torch._foreach_mul_([ours_base, dense], 3.0)
+    torch._foreach_add_([column, dense], 1.0)
+    expected = base * 3
+    expected[:, 1] += 1
+    torch.testing.assert_close(ours_base.cpu(), expected)
+    torch.testing.assert_close(alias.cpu(), expected.reshape(24))
+    torch.testing.assert_close(dense.cpu(), expected_dense + 1)
+    # both ops whole on the vendor; the column's result scattered into its base by IREE's kernel
+    assert stats()["executors"].get("vendor") == 2 and stats()["executors"].get("iree", 0) == 1
+
+
 def test_a_vendor_call_leaves_no_reference_cycle(monkeypatch, vendor_on, fresh_cache, stats):
     """A call's inputs are let go when the call returns, not when Python's cycle collector next
     runs: a cycle per call kept every input's device memory alive until then. (Background

@@ -20,9 +20,10 @@ import torch
 
 from turbine.counters import counters
 from turbine.eager import executors
+from turbine.eager.executors.torch_kernel import TorchBuffer, adopt, as_it_is
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.views import dense, write
-from turbine.errors import UnsupportedOpError
+from turbine.errors import DeviceError, UnsupportedOpError
 
 aten = torch.ops.aten
 
@@ -42,12 +43,17 @@ def run(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     name = func.overloadpacket.__name__[len("_foreach_") :]
     in_place = name.endswith("_")
     values = _bound(func, args, kwargs)
-    whole = _on_the_vendor(func, name, values, args, kwargs)
+    whole = _on_the_vendor(func, values, args, kwargs)
     if whole is not None:
+        results, stream = whole
+        device = values[0][0]._storage.device
         if not in_place:
-            return whole
-        for target, result in zip(values[0], whole):
-            _write(target, result)
+            return [adopt(r, device, stream) for r in results]
+        for target, result in zip(values[0], results):
+            if target._dense and result.shape == target.shape and result.dtype == target.dtype and as_it_is(result):
+                target._storage.buffer = TorchBuffer(device, result, stream)  # as write() would, minus a tensor
+            else:
+                _write(target, adopt(result, device, stream))
         return None
     arguments = func._schema.arguments
     per_element = [_per_element(argument) for argument in arguments]
@@ -68,26 +74,40 @@ def run(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     return results
 
 
-def _on_the_vendor(func: torch._ops.OpOverload, name: str, values: list, args: tuple, kwargs: dict) -> list | None:
-    """The op's out-of-place form run whole by the vendor executor, or None where it does not run
-    on these tensors' device (or torch has no kernel for them: then element by element)."""
-    tensors = [t for t in values[0] if isinstance(t, DeviceTensor)] if isinstance(values[0], (list, tuple)) else []
-    if not tensors or not executors.VENDOR.runs_on(tensors[0]._storage.device) or name.rstrip("_") == "copy":
-        return None
-    packet = getattr(aten, f"_foreach_{name.rstrip('_')}", None)
-    if packet is None or func._overloadname not in packet.overloads():
+def _on_the_vendor(func: torch._ops.OpOverload, values: list, args: tuple, kwargs: dict) -> tuple[list, tuple | None] | None:
+    """The op's out-of-place form run whole by the vendor executor: torch's results and the key
+    of their stream; None where it does not run on these tensors' device (or torch has no kernel
+    for them: then element by element)."""
+    first = values[0][0] if isinstance(values[0], (list, tuple)) and values[0] else None
+    whole = _out_of_place(func)
+    if whole is None or not isinstance(first, DeviceTensor) or not executors.VENDOR.runs_on(first._storage.device):
         return None
     try:
-        results = executors.VENDOR.run(getattr(packet, func._overloadname), args, kwargs, tensors[0]._storage.device)
+        results, stream = executors.VENDOR.run_torch(whole, args, kwargs, first._storage.device)
+    except DeviceError:
+        raise  # a lost device: not a call torch has no kernel for
     except Exception:  # no torch kernel for these dtypes here: element by element instead
         return None
     counters.executors[executors.VENDOR.name] += 1
-    return list(results)
+    return list(results), stream
+
+
+@functools.lru_cache(maxsize=None)
+def _out_of_place(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The foreach op's out-of-place overload of the same name (itself, for an out-of-place op),
+    which the vendor runs whole; None where there is none, and for copy (written element-wise)."""
+    name = func.overloadpacket.__name__.rstrip("_")
+    packet = getattr(aten, name, None)
+    if packet is None or name == "_foreach_copy" or func._overloadname not in packet.overloads():
+        return None
+    return getattr(packet, func._overloadname)
 
 
 def _bound(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list:
     """The call's arguments in schema order, defaults filled in."""
     values = list(args)
+    if len(values) == len(func._schema.arguments):  # all given by position: nothing to fill in
+        return values
     for argument in func._schema.arguments[len(args) :]:
         if argument.name in kwargs:
             values.append(kwargs[argument.name])

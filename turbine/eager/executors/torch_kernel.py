@@ -215,11 +215,16 @@ def _stream(key: tuple[int, int, int]) -> torch.cuda.Stream:
 _streams: dict[tuple[int, int, int], Any] = {}
 
 
+def as_it_is(result: torch.Tensor) -> bool:
+    """Whether a torch result's memory can be a turbine buffer as it is: dense from its start,
+    real, no lazy negation (the common case)."""
+    return result.dtype not in STORAGE_ONLY and result.is_contiguous() and not result.storage_offset() and not result.is_neg()
+
+
 def adopt(result: torch.Tensor, device: Device, stream: tuple[int, int, int] | None = None) -> DeviceTensor:
     """A torch result as a DeviceTensor over the same memory (IREE takes it when it needs it);
     ``stream``: the key of the torch stream that made it, if the caller has it."""
-    if result.dtype not in STORAGE_ONLY and result.is_contiguous() and not result.storage_offset() and not result.is_neg():
-        # The common case: a dense real result, its memory as it is.
+    if as_it_is(result):
         return _layout(result.shape, result.dtype).make(TorchBuffer(device, result, stream), None, turbine_device(device))
     if result.is_conj() or result.is_neg():  # torch's lazy conj/neg bits, made real
         result = result.resolve_conj().resolve_neg()

@@ -56,27 +56,36 @@ class VendorKernel(TorchKernel):
 
     def run(self, func: Any, args: tuple, kwargs: dict, device: Device | None) -> Any:
         """The op on torch tensors over the arguments' memory (the ops it competes for write no
-        argument: in-place ops reach it as their out-of-place twins). Arguments are mapped by
-        hand, lists of tensors one level deep as aten's schemas have them: a tree walk
-        (torch.utils._pytree) cost more than the op on a foreach call's lists."""
+        argument: in-place ops reach it as their out-of-place twins); its results DeviceTensors."""
+        result, stream = self.run_torch(func, args, kwargs, device)
+        if isinstance(result, torch.Tensor):
+            return adopt(result, device, stream)
+        results = [adopt(r, device, stream) if isinstance(r, torch.Tensor) else r for r in result]
+        return results if isinstance(result, list) else tuple(results)
+
+    def run_torch(self, func: Any, args: tuple, kwargs: dict, device: Device) -> tuple[Any, tuple | None]:
+        """:meth:`run`'s results as torch made them, and the key of the stream it made them on
+        (in-place foreach ops put them in their targets' storages as they are: eager/foreach.py).
+        Arguments are mapped by hand, lists of tensors one level deep as aten's schemas have them:
+        a tree walk (torch.utils._pytree) cost more than the op on a foreach call's lists. The
+        op's C++ callable (``_op``) is called straight, past OpOverload's Python ``__call__``."""
         inputs: list[DeviceTensor] = []
         if device.lost is not None:
             raise failures.lost(device)
         stream = current_stream(device)
         try:
-            result = func(
-                *[_down(a, inputs, device, stream) for a in args], **{k: _down(v, inputs, device, stream) for k, v in kwargs.items()}
-            )
+            positional = [_down(a, inputs, device, stream) for a in args]
+            if kwargs:
+                result = func._op(*positional, **{k: _down(v, inputs, device, stream) for k, v in kwargs.items()})
+            else:  # the usual call: no keyword mapping to build
+                result = func._op(*positional)
         except Exception as error:
             lost = lost_context(error, device, func)
             if lost is not None:
                 raise lost from error
             raise
         finish_reads(inputs, stream)
-        if isinstance(result, torch.Tensor):
-            return adopt(result, device, stream)
-        results = [adopt(r, device, stream) if isinstance(r, torch.Tensor) else r for r in result]
-        return results if isinstance(result, list) else tuple(results)
+        return result, stream
 
     def claims(self, func: Any, device: Device | None, dtypes: list[torch.dtype]) -> bool:
         """Whether it competes for a call of ``func`` whose tensors have ``dtypes``."""
