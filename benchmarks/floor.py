@@ -131,8 +131,8 @@ def encoder_layer(device: str) -> tuple[Callable[[], None], int]:
 WORKLOADS = {"chained 256x256 add, per op": chain, "small MLP AdamW step": mlp_step, "small TransformerEncoderLayer fwd+bwd": encoder_layer}
 
 
-def _wait(device: str) -> None:
-    """Until the device's work is done."""
+def wait(device: str) -> None:
+    """Until the device's work is done: turbine's synchronize, or torch's."""
     import turbine
 
     if device.startswith("turbine"):
@@ -141,17 +141,23 @@ def _wait(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _seconds(run: Callable[[], None], device: str, times: int = 5) -> float:
-    """Seconds per call; torch's side (torch's devices, the floor) runs as it does without turbine
-    (turbine's function mode, which every torch call in the process passes, taken off meanwhile)."""
+def as_alone(device: str) -> contextlib.AbstractContextManager:
+    """Where work on ``device`` is timed: torch's devices (and the floor on them) as they run
+    without turbine, its function mode (which every torch call in the process passes) taken off
+    meanwhile; turbine's devices as they are."""
     from turbine.eager.mode import suspended
 
-    with contextlib.nullcontext() if device.startswith("turbine") else suspended():
-        _wait(device)
+    return contextlib.nullcontext() if device.startswith("turbine") else suspended()
+
+
+def _seconds(run: Callable[[], None], device: str, times: int = 5) -> float:
+    """Seconds per call, over ``times`` calls waited for once."""
+    with as_alone(device):
+        wait(device)
         start = time.perf_counter()
         for _ in range(times):
             run()
-        _wait(device)
+        wait(device)
     return (time.perf_counter() - start) / times
 
 

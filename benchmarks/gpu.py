@@ -22,7 +22,6 @@ that it runs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import time
 from typing import Callable
@@ -30,17 +29,8 @@ from typing import Callable
 import torch
 
 import turbine
-from floor import on_floor
-from turbine.eager.mode import suspended
+from floor import as_alone, on_floor, wait
 from turbine.kernels_cache import kernel_cache
-
-
-def _wait(tensors: list[torch.Tensor], device: str) -> None:
-    """Until the device's work is done: torch's synchronize, or turbine's."""
-    if device.startswith("turbine"):
-        turbine.synchronize(device)
-    elif device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def chain(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
@@ -135,12 +125,12 @@ HOST_BOUND = ("chained 256x256 add, per op", "MLP 1024-4096-1024 AdamW step", "T
 
 
 def seconds(run: Callable[[], list[torch.Tensor]], device: str) -> float:
-    """One run's seconds; torch's side runs as without turbine (turbine's function mode, which
-    every torch call in the process passes, taken off meanwhile)."""
-    with contextlib.nullcontext() if device.startswith("turbine") else suspended():
-        _wait([], device)
+    """One run's seconds (its results kept until the wait); torch's side as it runs without turbine."""
+    with as_alone(device):
+        wait(device)
         start = time.perf_counter()
-        _wait(run(), device)
+        results = run()  # noqa: F841  (alive until the wait)
+        wait(device)
         return time.perf_counter() - start
 
 

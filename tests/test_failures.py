@@ -130,6 +130,29 @@ def test_torchs_kernel_meeting_a_lost_context_marks_the_device_lost(monkeypatch)
     torch.testing.assert_close((xc.to(D) + 1).cpu(), xc + 1)
 
 
+def test_the_device_fallback_meeting_a_lost_context_marks_the_device_lost(monkeypatch):
+    """The same for torch's kernel run by the ``device`` fallback policy (an op IREE cannot compile)."""
+    import turbine
+    from turbine.eager import host
+
+    lost = "turbine:cpu5"
+    monkeypatch.setattr(failures, "_lost_devices", [])
+    monkeypatch.setattr(open_device(lost), "lost", None)
+    a, b = torch.rand(4) + 1, torch.rand(4) + 1
+    x, y = a.to(lost), b.to(lost)
+    with turbine.fallback("device"):
+        torch.testing.assert_close(torch.special.gammainc(x, y).cpu(), torch.special.gammainc(a, b))
+
+        def fault(*args):
+            raise torch.AcceleratorError("CUDA error: device-side assert triggered\nCUDA kernel errors ...")
+
+        monkeypatch.setattr(host, "run_with_torch", fault)
+        with pytest.raises(DeviceLostError, match=r"turbine:cpu5 is lost: a kernel faulted \(running aten\.igamma"):
+            torch.special.gammainc(x, y).cpu()
+    with pytest.raises(DeviceLostError, match="restart the process"):
+        (x + 1).cpu()
+
+
 def test_launch_blocking_waits_for_each_kernel(monkeypatch):
     waits = []
     device = open_device(D)

@@ -45,9 +45,14 @@ CONTEXT_LOST = (
 )
 
 
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def context_lost(error: BaseException) -> bool:
     """Whether ``error`` (IREE's or torch's) says the GPU context it ran on cannot run work again."""
-    words = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    words = _first_line(error)
     return any(mark in words for mark in CONTEXT_LOST)
 
 
@@ -58,7 +63,7 @@ _lost_devices: list[str] = []
 def failure(device: Any, error: BaseException, doing: str) -> DeviceError:
     """The error to raise for IREE's ``error`` (or torch's, from its kernel over the device's
     memory) while ``device`` was ``doing`` something."""
-    words = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    words = _first_line(error)
     if context_lost(error):
         if device.lost is None:
             device.lost = f"{doing}: {words}"

@@ -114,8 +114,6 @@ class ViewPlan:
         if not layouts or layouts[0].storage_numel != storage.numel:
             layouts = self.layouts = [ViewLayout(*g, storage.numel, storage.dtype) for g in self.geometries]
         device = torch_device(storage.device)
-        if self.kind == "tensor":
-            return layouts[0].make(storage, device)
         return self.structure([layout.make(storage, device) for layout in layouts])
 
     def record(self) -> tuple:

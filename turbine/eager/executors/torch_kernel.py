@@ -43,28 +43,30 @@ class TorchKernel(Executor):
             result = shared_view(tensor)
             return result.clone() if written else result
 
-        if device.lost is not None:
-            raise failures.lost(device)
+        usable(device)
         try:
             result = host.run_with_torch(func, args, kwargs, shared, lambda result: adopt(result, device), torch_device(device))
         except Exception as error:
-            lost = lost_context(error, device, func)
-            if lost is not None:
-                raise lost from error
+            raise_if_lost(error, device, func)
             raise
         finish_reads(host.device_tensors(args, kwargs))
         return result
 
 
-def lost_context(error: Exception, device: Device, func: Any) -> Exception | None:
-    """If torch's ``error`` from its kernel on ``device`` says the GPU context is lost (a kernel
-    faulted, IREE's or torch's): the device marked lost and the error to raise, so that every
+def usable(device: Device) -> None:
+    """Before a torch kernel over ``device``'s memory: a device already lost says so."""
+    if device.lost is not None:
+        raise failures.lost(device)
+
+
+def raise_if_lost(error: Exception, device: Device, func: Any) -> None:
+    """After torch's kernel on ``device`` raised ``error``: if it says the GPU context is lost (a
+    kernel faulted, IREE's or torch's), the device is marked lost and that is raised, so that every
     later use says so plainly (device/failures.py) rather than torch failing each later op in its
-    own words. None for any other error. (torch's CPU kernels never speak of CUDA errors, so the
-    device's kind need not be asked.)"""
+    own words. (torch's CPU kernels never speak of CUDA errors, so the device's kind need not be
+    asked.) Plain code at each call, not a context manager: this is on every vendor op's path."""
     if failures.context_lost(error):
-        return failures.failure(device, error, f"running {func} on torch's kernel")
-    return None
+        raise failures.failure(device, error, f"running {func} on torch's kernel") from error
 
 
 def torch_device(device: Device) -> torch.device:

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from turbine.config import choice
-from turbine.device import Device, failures
-from turbine.eager.executors.torch_kernel import TorchKernel, adopt, current_stream, finish_reads, lost_context, shared_view, torch_device
+from turbine.device import Device
+from turbine.eager.executors.torch_kernel import TorchKernel, adopt, current_stream, finish_reads, raise_if_lost, shared_view, torch_device, usable
 from turbine.eager.tensor import DeviceTensor
 
 #: The values ``TURBINE_EXECUTORS`` takes.
@@ -70,8 +70,7 @@ class VendorKernel(TorchKernel):
         a tree walk (torch.utils._pytree) cost more than the op on a foreach call's lists. The
         op's C++ callable (``_op``) is called straight, past OpOverload's Python ``__call__``."""
         inputs: list[DeviceTensor] = []
-        if device.lost is not None:
-            raise failures.lost(device)
+        usable(device)
         stream = current_stream(device)
         try:
             positional = [_down(a, inputs, device, stream) for a in args]
@@ -80,9 +79,7 @@ class VendorKernel(TorchKernel):
             else:  # the usual call: no keyword mapping to build
                 result = func._op(*positional)
         except Exception as error:
-            lost = lost_context(error, device, func)
-            if lost is not None:
-                raise lost from error
+            raise_if_lost(error, device, func)
             raise
         finish_reads(inputs, stream)
         return result, stream
