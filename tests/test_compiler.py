@@ -1,5 +1,6 @@
 """Kernels compile in separate compiler processes: a compiler crash fails one compile, not the session."""
 
+import logging
 import threading
 
 import pytest
@@ -7,7 +8,7 @@ import torch
 
 import turbine
 from turbine.eager import lowering
-from turbine.kernels_cache import Target, compile_mlir
+from turbine.kernels_cache import Target, compile_mlir, tracing
 
 aten = torch.ops.aten
 CPU = Target("llvm-cpu", "host", ())
@@ -48,3 +49,22 @@ def test_a_compile_error_names_every_lowering_that_failed():
         torch.special.airy_ai(torch.rand(3, device="turbine:cpu"))
     message = str(error.value.__cause__)
     assert "aten.special_airy_ai.default" in message and "alternative 2: torch has no decomposition" in message
+
+
+def test_a_trace_torch_refuses_logs_nothing_of_torchs():
+    """A lowering whose trace torch's shape rule refuses (``_grouped_mm`` traced in float32) is a
+    failed lowering turbine reports itself; torch's fake tensors also logged it at ERROR with a
+    traceback, which read as a crash. Outside turbine's traces torch's log is left alone."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    logger.addHandler(handler)
+    try:
+        with pytest.raises(RuntimeError, match="Expected inputs of BF16 type"):
+            tracing.trace(lambda a, b: torch._grouped_mm(a, b), [((16, 16), torch.float32), ((2, 16, 16), torch.float32)])
+        assert not records, [r.getMessage() for r in records]
+        logger.error("torch's own")
+        assert [r.getMessage() for r in records] == ["torch's own"]
+    finally:
+        logger.removeHandler(handler)

@@ -238,6 +238,10 @@ RANGED = {
         lambda d: torch.zeros(3, device=d).masked_scatter(torch.tensor([[True], [False]], device=d), torch.arange(1.0, 4.0, device=d)),
         lambda d: torch.zeros(3, device=d).masked_scatter(torch.tensor([[True], [True]], device=d), torch.arange(1.0, 4.0, device=d)),
     ),
+    "lu_unpack pivots": (
+        lambda d: torch.stack(torch.lu_unpack(torch.arange(9.0, device=d).reshape(3, 3), torch.tensor([2, 3, 3], dtype=torch.int32, device=d))),
+        lambda d: torch.stack(torch.lu_unpack(torch.arange(9.0, device=d).reshape(3, 3), torch.tensor([2, 0, 3], dtype=torch.int32, device=d))),
+    ),
 }
 
 
@@ -268,3 +272,44 @@ def test_int32_indices_are_checked_as_int64(size):
         warnings.simplefilter("ignore")
         bad = torch.tensor([1, size], dtype=torch.int32)
         assert _outcome(lambda t, i: torch.index_select(t, 0, i), x.to(D), bad.to(D)) == ("IndexError", "index out of range in self")
+
+
+
+def _pooling(dims: int, kind: str) -> tuple:
+    """A pooling backward (aten op) and its arguments on the CPU: (gradient, input, the arguments
+    between them and the indices, the forward's indices). All three kinds take them in that order."""
+    torch.manual_seed(0)
+    x = torch.randn((1, 2) + (4,) * dims)
+    aten, window = torch.ops.aten, [2] * dims
+    if kind == "max":
+        out, indices = getattr(aten, f"max_pool{dims}d_with_indices")(x, window, window)
+        rest = (window, window, [0] * dims, [1] * dims, False)
+        return getattr(aten, f"max_pool{dims}d_with_indices_backward"), (torch.ones_like(out), x, *rest), indices
+    if kind == "adaptive":
+        out, indices = getattr(aten, f"adaptive_max_pool{dims}d")(x, window)
+        return getattr(aten, f"adaptive_max_pool{dims}d_backward"), (torch.ones_like(out), x), indices
+    out, indices = getattr(aten, f"fractional_max_pool{dims}d")(x, window, window, torch.rand(1, 2, dims))
+    return getattr(aten, f"fractional_max_pool{dims}d_backward"), (torch.ones_like(out), x, window, window), indices
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("kind", ["max", "adaptive", "fractional"])
+@pytest.mark.parametrize("bad", [16**3, -1, 10**11])
+def test_pooling_backward_indices_outside_the_input_are_reported(kind, dims, bad):
+    """A pooling backward adds each gradient at its index into the input's plane. torch's CPU and
+    GPU kernels for max and adaptive pooling do it unchecked (a write outside the result, which
+    crashed the process at exit on the CPU), its fractional ones assert; turbine reports the first
+    index outside at the next read, and the device runs on."""
+    backward, arguments, indices = _pooling(dims, kind)
+    on_device = [a.to(D) if isinstance(a, torch.Tensor) else a for a in arguments]
+    with contextlib.suppress(IndexError, RuntimeError):
+        turbine.synchronize(D)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.testing.assert_close(backward(*on_device, indices.to(D)).cpu(), backward(*arguments, indices))
+        bad_indices = indices.clone()
+        bad_indices.view(-1)[1] = bad
+        plane = "x".join(["4"] * dims)
+        with pytest.raises(RuntimeError, match=rf"Found an invalid max index: {bad} \(input planes are of size {plane}\)"):
+            backward(*on_device, bad_indices.to(D)).cpu()
+    torch.testing.assert_close((arguments[1].to(D) * 2).cpu(), arguments[1] * 2)

@@ -7,6 +7,7 @@ measured 1.6-3.6 s for export against under 40 ms for this) and imported by IREE
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from typing import Any, Callable, Sequence
 
@@ -22,6 +23,22 @@ from turbine.errors import CompileError
 
 
 _tracing = threading.RLock()
+_in_trace = threading.local()
+
+
+class _QuietInTraces(logging.Filter):
+    """Drops torch's fake-tensor log records made while this thread traces for turbine.
+
+    A trace whose op's shape rule refuses it (``_grouped_mm`` traced in float32 "opmath" wants
+    bfloat16) is a lowering that failed: turbine takes the error, and the op goes to the fallback
+    policy with its reason. torch also logged it at ERROR with a traceback ("failed while
+    attempting to run meta for ..."), which read as a crash in a notebook."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_in_trace, "active", False)
+
+
+logging.getLogger("torch._subclasses.fake_tensor").addFilter(_QuietInTraces())
 
 
 def lower(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], decompositions: dict | None = None) -> str:
@@ -52,11 +69,15 @@ def trace(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], decompositi
     with _tracing, torch._C._AutoDispatchBelowADInplaceOrView():
         excluded = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.Python)
         with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded):
-            if dynamic:
-                return _trace_dynamic(fn, inputs, decompositions)
-            # torch.empty reserves address space but touches no memory, so large shapes cost nothing.
-            examples = [torch.empty(sizes, dtype=dtype) for sizes, dtype in inputs]
-            return make_fx(fn, tracing_mode="fake", decomposition_table=decompositions)(*examples)
+            outer, _in_trace.active = getattr(_in_trace, "active", False), True
+            try:
+                if dynamic:
+                    return _trace_dynamic(fn, inputs, decompositions)
+                # torch.empty reserves address space but touches no memory, so large shapes cost nothing.
+                examples = [torch.empty(sizes, dtype=dtype) for sizes, dtype in inputs]
+                return make_fx(fn, tracing_mode="fake", decomposition_table=decompositions)(*examples)
+            finally:
+                _in_trace.active = outer
 
 
 def _refuse_complex(graph_module: torch.fx.GraphModule) -> None:

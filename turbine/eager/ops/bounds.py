@@ -163,6 +163,47 @@ def _max_unpool(func: Any, args: tuple, kwargs: dict) -> Continue:
     return Continue(*_replaced(args, kwargs, func, "indices", checked(indices, 0, plane, error)))
 
 
+def _pooling_indices(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """A pooling backward's indices point into each plane of its input (``self``). Autograd hands
+    it the forward's indices, but a caller may pass any: torch's CPU and GPU kernels for max and
+    adaptive pooling add gradients at them unchecked (a write outside the result, which crashed
+    the process at exit on the CPU), its fractional pooling kernels assert on them."""
+    source, indices = _argument(args, kwargs, func, "self"), _argument(args, kwargs, func, "indices")
+    if not isinstance(indices, DeviceTensor):
+        return Continue(args, kwargs)
+    plane = list(source.shape[-_POOLED_DIMS[func] :])
+    sizes = "x".join(str(size) for size in plane)
+    error = lambda value, position: RuntimeError(f"Found an invalid max index: {value} (input planes are of size {sizes})")  # noqa: E731
+    return Continue(*_replaced(args, kwargs, func, "indices", checked(indices, 0, math.prod(plane), error)))
+
+
+#: Pooling backward ops, with the number of pooled (trailing) dims their indices count in.
+_POOLED_DIMS = {
+    aten.max_pool2d_with_indices_backward.default: 2,
+    aten.max_pool3d_with_indices_backward.default: 3,
+    aten.adaptive_max_pool2d_backward.default: 2,
+    aten.adaptive_max_pool3d_backward.default: 3,
+    aten.fractional_max_pool2d_backward.default: 2,
+    aten.fractional_max_pool3d_backward.default: 3,
+}
+
+
+def _pivots(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """``lu_unpack``'s pivots are rows, counted from 1, of the factored matrix: torch's CPU kernel
+    raises on one outside ``[1, m]``, IREE's kernel read outside its tensors. The check counts
+    from 0, so that an entry it replaces becomes row 1."""
+    factors, pivots = _argument(args, kwargs, func, "LU_data"), _argument(args, kwargs, func, "LU_pivots")
+    unpacking = _argument(args, kwargs, func, "unpack_pivots")
+    if not isinstance(pivots, DeviceTensor) or unpacking is False or pivots.dtype not in (torch.int32, torch.int64):
+        return Continue(args, kwargs)
+    rows = factors.shape[-2]
+    error = lambda value, position: RuntimeError(  # noqa: E731
+        "pivots passed to lu_unpack must be between 1 and LU.size(-2) inclusive.Did you properly pass the result of lu_factor?"
+    )
+    safe = (checked(pivots.to(torch.int64) - 1, 0, rows, error) + 1).to(pivots.dtype)
+    return Continue(*_replaced(args, kwargs, func, "LU_pivots", safe))
+
+
 def _class_targets(func: Any, args: tuple, kwargs: dict) -> Continue:
     """Margin losses' class targets lie in ``[0, classes)`` (multi_margin) or ``[-1, classes)``
     (multilabel_margin, whose -1 ends a sample's targets). torch reads a multilabel sample's
@@ -264,6 +305,8 @@ declare(
     "its class targets are checked against the number of classes",
     handler=_class_targets,
 )
+declare(list(_POOLED_DIMS), "its indices are checked against its input's planes", handler=_pooling_indices)
+declare(aten.lu_unpack.default, "its pivots are checked against the factored matrix's rows", handler=_pivots)
 declare(aten.binary_cross_entropy.default, "its input and target are checked to lie in [0, 1]", handler=_probabilities)
 declare(aten.masked_scatter.default, "its mask's ones are counted against the source's elements", handler=_masked_scatter)
 declare(aten.repeat_interleave.Tensor, "its repeats are added up against the output_size it is given", handler=_repeat_counts)
