@@ -56,6 +56,26 @@ def test_an_executor_that_fails_hands_the_op_to_the_next(monkeypatch, stats):
         torch.special.airy_ai(x.to(D)).cpu()
 
 
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda d: torch.bincount(torch.tensor([1, -3], device=d)), "bincount only supports 1-d non-negative integral inputs"),
+        (lambda d: torch.segment_reduce(torch.arange(6.0, device=d), "sum", lengths=torch.tensor([2, 9], device=d)), "to sum to data.size"),
+    ],
+    ids=["bincount", "segment_reduce"],
+)
+def test_torchs_refusal_of_the_calls_arguments_is_the_calls_error(call, words):
+    """Ops IREE cannot run, given arguments torch's kernel refuses: the user gets torch's error,
+    as on the CPU, not a turbine error saying that no executor could run the op."""
+    with pytest.raises(RuntimeError, match=words) as cpu_error:
+        call("cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError, match=words) as ours:
+            call(D).cpu()  # read: an op whose kernel is still compiling falls back when read
+    assert type(ours.value) is type(cpu_error.value)
+
+
 def test_error_policy_names_the_op_and_the_way_out():
     with turbine.fallback("error"):
         with pytest.raises(turbine.UnsupportedOpError, match=r"aten.special_airy_ai.default.*TURBINE_FALLBACK=device"):

@@ -183,7 +183,7 @@ def test_negative_indices_count_from_the_end_where_the_op_allows_them():
 def test_ignored_targets_and_bags_out_of_range_give_torchs_results_and_errors():
     """nll_loss skips targets equal to ``ignore_index`` (-100 by default, outside the class range)
     instead of reporting them; an embedding_bag index out of range raises torch's own error
-    (torch's CPU kernel checks it: fallback._refuses_an_index re-raises that)."""
+    (torch's CPU kernel checks it: the fallback re-raises torch's refusal)."""
     scores = torch.randn(4, 3).log_softmax(1)
     target = torch.tensor([0, -100, 2, -100])
     torch.testing.assert_close(F.nll_loss(scores.to(D), target.to(D)).cpu(), F.nll_loss(scores, target))

@@ -87,8 +87,8 @@ def run(func: Any, args: tuple, kwargs: dict, reason: Exception) -> Any:
         _count_and_warn(func, executor, policy, why)
         return result
     last, refusal = failed[-1]
-    if last is HOST and _refuses_an_index(refusal):
-        raise refusal  # torch's CPU kernel refuses an index of the call: torch's error, as torch gives it
+    if last is HOST and _refuses_the_call(refusal):
+        raise refusal  # torch's CPU kernel refuses the call's arguments: torch's error, as torch gives it
     tried = "; nor ".join(f"{executor.description} ({first_line(error)})" for executor, error in failed)
     raise UnsupportedOpError(
         f"{func} could not run on {device.name if device else 'turbine'}: IREE could not run it ({why}), and "
@@ -96,13 +96,13 @@ def run(func: Any, args: tuple, kwargs: dict, reason: Exception) -> Any:
     ) from failed[0][1]
 
 
-def _refuses_an_index(error: BaseException) -> bool:
-    """Whether torch's kernel refused the call for an index out of range (embedding_bag's "Index 1
-    of input takes value 9 which is not in the valid range [0, 5)", say): the call's own error."""
-    words = str(error)
-    return isinstance(error, IndexError) or (
-        isinstance(error, RuntimeError) and any(w in words for w in ("out of range", "out of bounds", "valid range"))
-    )
+def _refuses_the_call(error: BaseException) -> bool:
+    """Whether torch's CPU kernel, run on the call's own arguments, refused them (embedding_bag's
+    "Index 1 of input takes value 9 which is not in the valid range [0, 5)", bincount's "only
+    supports 1-d non-negative integral inputs"): a torch CPU user gets that error, and so does a
+    turbine one, rather than a turbine error saying no executor could run the op. A kernel torch
+    has not got for the dtype ("not implemented for 'Half'") is a gap, not a refusal."""
+    return host.raised_by_torch(error) and not isinstance(error, NotImplementedError) and "not implemented" not in str(error)
 
 
 def _count_and_warn(func: Any, executor: Executor, policy: str, why: str) -> None:

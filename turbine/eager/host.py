@@ -19,6 +19,12 @@ from turbine.eager.transfer import to_device
 from turbine.eager.views import to_host, write
 
 
+def raised_by_torch(error: BaseException) -> bool:
+    """Whether torch's kernel itself raised ``error`` on the call's arguments (rather than turbine
+    on the way to it or back): the call's own error, as torch would give it."""
+    return getattr(error, "_turbine_raised_by_torch", False)
+
+
 def device_of(args: tuple, kwargs: dict) -> Device | None:
     """The device of the first device tensor among an op's arguments."""
     for value in tree_flatten((args, kwargs))[0]:
@@ -70,7 +76,11 @@ def run_with_torch(
         return value
 
     torch_args, torch_kwargs = tree_map(down, (args, kwargs))
-    result = func(*torch_args, **torch_kwargs)
+    try:
+        result = func(*torch_args, **torch_kwargs)
+    except Exception as error:
+        error._turbine_raised_by_torch = True  # read by raised_by_torch
+        raise
     for torch_tensor in tree_flatten((torch_args, torch_kwargs))[0]:
         target = originals.get(id(torch_tensor))
         if target is not None and id(target) in written:
