@@ -38,6 +38,7 @@ OPS = {
     "index 2-d": lambda x, m, i: m[:, i],
     "index_put": lambda x, m, i: x.clone().index_put_((i,), _ones(x, i.numel())),
     "index_put accumulate": lambda x, m, i: x.clone().index_put_((i,), _ones(x, i.numel()), accumulate=True),
+    "_index_put_impl_": lambda x, m, i: torch.ops.aten._index_put_impl_(x.clone(), (i,), _ones(x, i.numel()), False, False),
     "setitem": lambda x, m, i: _set(x.clone(), i, 2.0),
     "gather": lambda x, m, i: torch.gather(x, 0, i),
     "scatter": lambda x, m, i: x.clone().scatter_(0, i, _ones(x, i.numel())),

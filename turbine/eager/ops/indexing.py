@@ -59,13 +59,14 @@ def _cat(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 declare(aten.index.Tensor, "CPU index tensors are uploaded to the indexed device, as CUDA accepts them", handler=_index)
+_INDEX_PUTS = [aten.index_put.default, aten.index_put_.default, aten._index_put_impl.default, aten._index_put_impl_.default]
 declare(
-    [aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default],
+    _INDEX_PUTS,
     "CPU index tensors are uploaded; a boolean mask writing one value is a select (eager/masked.py)",
     handler=_index,
 )
 declare(
-    [aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default],
+    _INDEX_PUTS,
     "a boolean mask writing more than one value: IREE 3.13's kernel crashed the process",
     fallback=True,
 )
