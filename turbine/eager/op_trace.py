@@ -76,8 +76,10 @@ def _kernel_signature(func: Any, leaves: Leaves) -> tuple[tuple, list]:
         key[slot] = tensor._key[:2]  # sizes and dtype: the kernel takes every input dense
     signature = _plain(tuple(key)) + (tuple(str(d) for d in scalar_dtypes),)
     schema = schema_of(func)
-    if registry.correction(func) or (schema.twin is not None and registry.correction(schema.twin)):
-        signature += ("corrected",)  # never a kernel cached from the uncorrected lowering
+    # turbine's own lowering, as it is now: never a kernel (or a failure) cached from another
+    digests = [registry.lowering_digest(op) for op in (func, schema.twin) if op is not None]
+    if any(digests):
+        signature += tuple(digest or "" for digest in digests)
     return signature, scalar_dtypes
 
 

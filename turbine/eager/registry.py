@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import inspect
 from typing import Any, Callable, Iterable
 
 import torch
@@ -132,6 +134,25 @@ def handler(op: OpOverload) -> Callable | None:
 def correction(op: OpOverload) -> Callable | None:
     found = _entries.get(op)
     return found.correction if found is not None else None
+
+
+@functools.cache
+def lowering_digest(op: OpOverload) -> str | None:
+    """A digest of the code of turbine's own lowering of ``op`` (the modules that hold its
+    correction and decomposition), or None where it has neither; part of its kernels' cache
+    key, so that a kernel, or a failure to compile, cached from an older lowering misses."""
+    found = _entries.get(op)
+    functions = [f for f in (found.correction, found.decomposition) if f is not None] if found is not None else []
+    if not functions:
+        return None
+    sources = sorted({inspect.getsource(inspect.getmodule(_unwrapped(f))) for f in functions})
+    return hashlib.sha256("".join(sources).encode()).hexdigest()[:16]
+
+
+def _unwrapped(function: Callable) -> Callable:
+    """The function a decorated or partial lowering was written as."""
+    function = getattr(function, "__wrapped__", function)
+    return getattr(function, "func", function)
 
 
 def has_trait(op: OpOverload, trait: str) -> bool:
