@@ -164,6 +164,12 @@ def schema_of(func: torch._ops.OpOverload) -> OpSchema:
     )
 
 
+def bound_arguments(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> dict:
+    """The call's arguments by name (those it gives): a handler rewrites them and hands them on
+    as keywords, which every aten op takes."""
+    return dict(zip(schema_of(func).names, args)) | kwargs
+
+
 @functools.lru_cache(maxsize=None)
 def functional_variant(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
     """The out-of-place overload computing what an in-place (``add_``) or ``out=`` op writes.

@@ -20,6 +20,7 @@ import torch
 
 from turbine.eager.decompositions._common import registers
 from turbine.eager.registry import Continue, declare
+from turbine.eager.schema import bound_arguments
 
 aten = torch.ops.aten
 
@@ -40,8 +41,7 @@ def _zero_biases(func, args: tuple, kwargs: dict) -> Continue:
     """An LSTM cell without biases, as one with zero biases: torch's shape rule for the cell
     raised AttributeError without them (torch 2.13). The backward op knows from autograd that the
     cell had none, and gives no bias gradient."""
-    names = [argument.name for argument in func._schema.arguments]
-    bound = dict(zip(names, args)) | kwargs
+    bound = bound_arguments(func, args, kwargs)
     if bound.get("input_bias") is None:
         zeros = bound["input_gates"].new_zeros(bound["input_gates"].shape[1])
         bound["input_bias"], bound["hidden_bias"] = zeros, zeros

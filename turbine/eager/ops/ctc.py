@@ -20,6 +20,7 @@ import torch
 
 from turbine.eager.index_checks import checked
 from turbine.eager.registry import Continue, declare
+from turbine.eager.schema import bound_arguments
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.views import to_host
 
@@ -65,8 +66,7 @@ def _used_targets(targets: DeviceTensor, target_lengths: list[int]) -> DeviceTen
 def _checked_targets(func: Any, args: tuple, kwargs: dict) -> Continue:
     """The targets the samples use lie in ``[0, classes)``; the rest is replaced by 0 for the
     kernel, and the first one outside is reported at the next read."""
-    names = [argument.name for argument in func._schema.arguments]
-    bound = dict(zip(names, args)) | kwargs
+    bound = bound_arguments(func, args, kwargs)
     targets, log_probs = bound["targets"], bound["log_probs"]
     if not isinstance(targets, DeviceTensor) or targets.numel() == 0:
         return Continue(args, kwargs)

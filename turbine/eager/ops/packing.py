@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from turbine.eager.registry import declare
+from turbine.eager.schema import bound_arguments
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.views import meta_like
 
@@ -25,8 +26,7 @@ aten = torch.ops.aten
 def _pack_padded_sequence(func: Any, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """The packed data, time step by time step, gathered on the device in one indexing op; the
     batch sizes (and torch's checks of the lengths) from torch's own kernel on a meta stand-in."""
-    names = [argument.name for argument in func._schema.arguments]
-    bound = dict(zip(names, args)) | kwargs
+    bound = bound_arguments(func, args, kwargs)
     input, lengths, batch_first = bound["input"], bound["lengths"], bound["batch_first"]
     if isinstance(lengths, DeviceTensor):
         raise RuntimeError(
