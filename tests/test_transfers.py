@@ -1,6 +1,7 @@
 """Buffers stay on the device: host transfers happen only when the user reads."""
 
 
+import pytest
 import torch
 
 import turbine
@@ -91,3 +92,15 @@ def test_a_download_mapped_with_stride_0_reads_as_a_whole_tensor(monkeypatch):
     torch.testing.assert_close(read, filled + 1)
     monkeypatch.undo()
     torch.testing.assert_close(x.cpu(), torch.full((3, 4), 2.5))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.int64, torch.bool, torch.complex64])
+def test_empty_tensors_of_every_dtype_upload(dtype):
+    """An empty bfloat16 tensor failed to upload (numpy has no bfloat16; non-empty ones went as
+    bytes): ``torch.tensor([], dtype=torch.bfloat16, device=...)`` starts every transformers KV
+    cache, so no bfloat16 model could generate."""
+    empty = torch.tensor([], dtype=dtype, device=D)
+    assert empty.dtype == dtype and empty.cpu().shape == (0,)
+    grown = torch.cat([empty, torch.ones(3, dtype=dtype, device=D)])
+    torch.testing.assert_close(grown.cpu(), torch.ones(3, dtype=dtype))
+    assert torch.empty(2, 0, 3, dtype=dtype).to(D).cpu().shape == (2, 0, 3)

@@ -16,7 +16,7 @@ def to_device(tensor: torch.Tensor, device: Device, requires_grad: bool = False)
     flat = data.reshape(-1)
     if flat.numel() and flat.stride(0) != 1:  # one element broadcast (stride 0) counts as contiguous
         flat = flat.clone(memory_format=torch.contiguous_format)
-    raw = flat.view(torch.uint8).numpy() if flat.numel() else flat.numpy()
+    raw = flat.view(torch.uint8).numpy()  # as bytes: numpy has no bfloat16, empty or not
     result = wrap(upload(device, raw), data.dtype, tuple(data.shape))
     if requires_grad:
         result.requires_grad_(True)
