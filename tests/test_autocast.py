@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -60,3 +62,31 @@ def test_training_under_autocast_keeps_float32_parameters_and_gradients():
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0]
+
+
+def test_grad_scaler_unscales_skips_non_finite_steps_and_updates_its_scale_as_on_the_cpu():
+    """``torch.amp.GradScaler("turbine")``, the mixed-precision recipe: its unscale op writes a
+    list of gradients and returns nothing, which turbine's in-place path could not do (every
+    ``scaler.step`` failed). A step with an infinite gradient is skipped and halves the scale."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    ours = copy.deepcopy(model).to(D)
+    x, y = torch.randn(5, 8), torch.randn(5, 4)
+    scales = {}
+    for m, device in ((model, "cpu"), (ours, D)):
+        optimizer = torch.optim.SGD(m.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler(torch.device(device).type, init_scale=2.0**10, growth_interval=2)
+        scales[device] = []
+        for step in range(4):
+            optimizer.zero_grad()
+            with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+                loss = torch.nn.functional.mse_loss(m(x.to(device)), y.to(device))
+            scaler.scale(loss).backward()
+            if step == 1:
+                m[0].weight.grad[0, 0] = float("inf")
+            scaler.step(optimizer)
+            scaler.update()
+            scales[device].append(scaler.get_scale())
+    assert scales[D] == scales["cpu"] == [1024.0, 512.0, 512.0, 1024.0]
+    for p, q in zip(ours.parameters(), model.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach())

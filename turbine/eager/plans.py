@@ -154,7 +154,13 @@ class MutationPlan:
         if self.appended:
             values, returned = values[self.returns :], tuple(values[: self.returns])
         for target, value in zip(targets, values):
-            write_result(self.func, target, value)
+            if isinstance(target, (list, tuple)):  # a written list (GradScaler's unscale of the gradients)
+                for each, new in zip(target, value, strict=True):
+                    write_result(self.func, each, new)
+            else:
+                write_result(self.func, target, value)
+        if self.returns == 0:
+            return None  # it writes and returns nothing (GradScaler's _amp_foreach_non_finite_check_and_unscale_)
         if self.appended:
             return returned if self.returns > 1 else returned[0]
         if out_names:
