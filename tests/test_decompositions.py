@@ -218,6 +218,11 @@ def test_scatters_written_with_scatter_reduce_and_index_put():
     check_on_iree(lambda s, i, r: s.scatter_add(-1, i, r), x, narrow_index, torch.randn(10, 5))
     check_on_iree(lambda s, i, r: s.scatter(0, i, r, reduce="multiply"), x, index, src)
     check_on_iree(lambda s, i: s.scatter(0, i, 2.5, reduce="add"), x, index)
+    unique = torch.argsort(torch.rand(4, 5), -1)[:, :3]  # no two entries of a row at one place
+    check_on_iree(lambda s, i, r: s.scatter(-1, i, r), x[:4], unique, torch.randn(4, 4))  # IREE's compiler crashed on it
+    check_on_iree(lambda s, i: s.scatter(1, i, -1.5), x[:4], unique)
+    grad_of_topk = lambda s: torch.autograd.grad(s.topk(2, -1).values.sum(), s)[0]  # noqa: E731  (a scatter)
+    check_on_iree(grad_of_topk, x.clone().requires_grad_())
     for reduce in ("amax", "amin", "prod", "mean"):
         check_on_iree(lambda s, i, r: s.index_reduce(0, i, r, reduce), x, torch.tensor([0, 2, 2, 7]), torch.randn(4, 5))
     check_on_iree(lambda s, i, r: s.index_reduce(1, i, r, "mean", include_self=False), x, torch.tensor([0, 2, 2]), torch.randn(10, 3))

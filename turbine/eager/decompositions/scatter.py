@@ -1,6 +1,7 @@
 """Scatters IREE 3.13 cannot compile as they are, written with the ones it can
-(``scatter_reduce`` and ``index_put``): scatter with a reduce, scatter_add of any index shape,
-index_reduce, put, masked_scatter, diagonal_scatter and as_strided_scatter."""
+(``scatter_reduce`` and ``index_put``): scatter (its compiler crashed on an index of two dims
+or more: topk's backward), scatter with a reduce, scatter_add of any index shape, index_reduce,
+put, masked_scatter, diagonal_scatter and as_strided_scatter."""
 
 from __future__ import annotations
 
@@ -20,6 +21,36 @@ def _src_like_index(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     for dim, size in enumerate(index.shape):
         src = src.narrow(dim, 0, size)
     return src
+
+
+def _coordinates(index: torch.Tensor, dim: int) -> tuple[torch.Tensor, ...]:
+    """Where each entry of a scatter's index writes: the index along ``dim``, its own position
+    along every other dim."""
+    coordinates = []
+    for axis, size in enumerate(index.shape):
+        if axis == dim:
+            coordinates.append(index)
+        else:
+            shape = [1] * index.dim()
+            shape[axis] = size
+            coordinates.append(torch.arange(size).reshape(shape).expand(index.shape))
+    return tuple(coordinates)
+
+
+@registers(aten.scatter.src)
+def scatter(input: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """scatter as index_put at each index entry's coordinates (of entries naming one place, one
+    wins, as in torch)."""
+    if index.dim() == 0:  # a 0-d tensor's one element, replaced
+        return src.reshape(()).to(input.dtype)
+    dim = dim % max(input.dim(), 1)
+    return input.index_put(_coordinates(index, dim), _src_like_index(src, index))
+
+
+@registers(aten.scatter.value)
+def scatter_value(input: torch.Tensor, dim: int, index: torch.Tensor, value: float) -> torch.Tensor:
+    dim = dim % max(input.dim(), 1)
+    return input.index_put(_coordinates(index, dim), torch.full(index.shape, value, dtype=input.dtype))
 
 
 @registers(aten.scatter_add.default)
