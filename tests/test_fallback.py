@@ -76,6 +76,19 @@ def test_torchs_refusal_of_the_calls_arguments_is_the_calls_error(call, words):
     assert type(ours.value) is type(cpu_error.value)
 
 
+def test_a_sparse_result_says_turbine_holds_dense_tensors_and_the_way_out():
+    """torch's kernels could make them, but turbine could not adopt them ("unsupported memory
+    format option Contiguous", twice, under a message that named IREE)."""
+    with pytest.raises(turbine.UnsupportedLayoutError, match="to_sparse.* gives a torch.sparse_coo tensor.*keep sparse tensors on the CPU"):
+        torch.ones(3, device=D).to_sparse()
+    embedding = torch.nn.Embedding(10, 4, sparse=True).to(D)
+    with pytest.raises(turbine.UnsupportedLayoutError, match="sparse=False"):
+        embedding(torch.tensor([1, 2], device=D)).sum().backward()
+    dense = torch.nn.Embedding(10, 4).to(D)
+    dense(torch.tensor([1, 2], device=D)).sum().backward()  # the device runs on
+    assert dense.weight.grad.cpu()[1:3].eq(1).all()
+
+
 def test_error_policy_names_the_op_and_the_way_out():
     with turbine.fallback("error"):
         with pytest.raises(turbine.UnsupportedOpError, match=r"aten.special_airy_ai.default.*TURBINE_FALLBACK=device"):
@@ -138,9 +151,9 @@ def test_in_place_and_out_fallbacks_change_the_tensor_and_its_views(policy):
 
 
 def test_op_neither_path_can_run_names_both_attempts():
-    xd = torch.randn(3, 3, device=D)
-    with pytest.raises(turbine.UnsupportedOpError, match=r"IREE could not run it .* neither could torch's kernel"):
-        xd.to_sparse()
+    xd = torch.rand(3, 3, device=D).half()  # torch's CPU kernel has no float16 airy_ai, nor IREE a lowering
+    with pytest.raises(turbine.UnsupportedOpError, match=r"IREE could not run it .* neither could torch's kernel .* not implemented for 'Half'"):
+        torch.special.airy_ai(xd).cpu()
 
 
 def test_failed_compile_costs_one_compile_and_none_in_a_second_process(tmp_path):

@@ -35,7 +35,14 @@ from turbine.eager.dynamic import mark_dynamic
 from turbine.eager.fallback import TurbineFallbackWarning, fallback
 from turbine.eager.mode import enable_in_thread
 from turbine.eager.profiling import Profile, profile
-from turbine.errors import CompileError, DeviceNotFoundError, TurbineError, UnsupportedDtypeError, UnsupportedOpError
+from turbine.errors import (
+    CompileError,
+    DeviceNotFoundError,
+    TurbineError,
+    UnsupportedDtypeError,
+    UnsupportedLayoutError,
+    UnsupportedOpError,
+)
 from turbine import interrupts
 
 logging.getLogger("turbine").addHandler(logging.NullHandler())
@@ -72,6 +79,7 @@ __all__ = [
     "Stream",
     "TurbineError",
     "UnsupportedDtypeError",
+    "UnsupportedLayoutError",
     "UnsupportedOpError",
     "TurbineFallbackWarning",
     "Profile",

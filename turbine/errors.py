@@ -29,6 +29,17 @@ class UnsupportedOpError(TurbineError):
     """An op that no executor can run on a turbine device."""
 
 
+class UnsupportedLayoutError(UnsupportedOpError):
+    """An op whose result is not a dense (strided) tensor, which is all a turbine device holds:
+    sparse ones (``to_sparse``, the gradient of ``nn.Embedding(sparse=True)``)."""
+
+    def __init__(self, op: object, layout: torch.layout) -> None:
+        super().__init__(
+            f"{op} gives a {layout} tensor, and turbine devices hold dense (strided) tensors only: keep sparse "
+            "tensors on the CPU, or stay dense (nn.Embedding and nn.EmbeddingBag with sparse=False)"
+        )
+
+
 class DeviceError(TurbineError):
     """A device could not do what an op asked of it (IREE's words are in the message)."""
 

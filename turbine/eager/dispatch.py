@@ -26,7 +26,7 @@ from turbine.eager.registry import Continue
 from turbine.eager.schema import OpSchema, schema_of
 from turbine.eager.signature import Leaves, walk, walk_tensors
 from turbine.eager.tensor import empty
-from turbine.errors import CompileError, UnsupportedOpError
+from turbine.errors import CompileError, UnsupportedLayoutError, UnsupportedOpError
 
 _schemas: dict[Any, OpSchema] = {}
 
@@ -123,8 +123,8 @@ def _new_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Le
         try:
             plan = planning.build_plan(func, schema, args, kwargs, leaves, run)
         except (CompileError, UnsupportedOpError) as reason:
-            if schema.aliased_output and not schema.written:
-                raise  # a copy made by torch would not alias the input as a view must
+            if schema.aliased_output and not schema.written or isinstance(reason, UnsupportedLayoutError):
+                raise  # a copy made by torch would not alias the input as a view must; no executor makes a sparse result
             plan = FallbackPlan(func, reason, leaves.device)
         saved_plans.built()
     plans = runtime.state.plans

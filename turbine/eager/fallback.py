@@ -27,7 +27,7 @@ from typing import Any, Iterator
 from turbine.counters import counters
 from turbine.eager import host, runtime
 from turbine.eager.executors import BY_POLICY, HOST, Executor
-from turbine.errors import DeviceError, UnsupportedOpError
+from turbine.errors import DeviceError, UnsupportedLayoutError, UnsupportedOpError
 
 POLICIES = tuple(BY_POLICY)
 
@@ -79,8 +79,8 @@ def run(func: Any, args: tuple, kwargs: dict, reason: Exception) -> Any:
     for executor in candidates:
         try:
             result = executor.run(func, args, kwargs, device)
-        except DeviceError:
-            raise  # out of memory, a lost device: not the executor's fault
+        except (DeviceError, UnsupportedLayoutError):
+            raise  # out of memory, a lost device, a sparse result: no other executor does better
         except Exception as error:
             failed.append((executor, error))
             continue

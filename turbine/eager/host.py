@@ -17,6 +17,7 @@ from turbine.device import Device
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device
 from turbine.eager.views import to_host, write
+from turbine.errors import UnsupportedLayoutError
 
 
 def raised_by_torch(error: BaseException) -> bool:
@@ -91,6 +92,8 @@ def run_with_torch(
 
     def up(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
+            if value.layout != torch.strided:
+                raise UnsupportedLayoutError(func, value.layout)
             target = originals.get(id(value))
             return target if target is not None else bring_back(value)
         return value

@@ -101,7 +101,7 @@ def stored_kernel_plan(func: Any, leaves: Leaves) -> KernelPlan | None:
 
 def kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, meta_out: Any) -> KernelPlan:
     device = leaves.device
-    metas, kind = outputs(meta_out)
+    metas, kind = outputs(meta_out, func)
     for meta in metas:
         if meta is not None:
             check_kernel_dtype(meta.dtype, f"the result of {func}")

@@ -67,7 +67,7 @@ def build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: L
         return MutationPlan(func, schema, run)
     if schema.aliased_output:
         return _view_plan(func, leaves, meta_out)
-    metas, kind = outputs(meta_out)
+    metas, kind = outputs(meta_out, func)
     if _zero_size(func, leaves, metas):
         return EmptyPlan(leaves.device, layouts_of(metas), kind)
     if _shares_buffer(func, leaves, metas) and _shares_here(func, leaves):
@@ -124,7 +124,7 @@ def _zero_size(func: Any, leaves: Leaves, metas: list) -> bool:
 
 
 def _view_plan(func: Any, leaves: Leaves, meta_out: Any) -> ViewPlan:
-    metas, kind = outputs(meta_out)
+    metas, kind = outputs(meta_out, func)
     storage_dtype = leaves.tensors[0]._storage.dtype
     reinterpreted = None
     for meta in metas:

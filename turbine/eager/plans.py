@@ -19,7 +19,7 @@ from turbine.eager.schema import OpSchema, functional_variant, functionalized_va
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DeviceTensor, ReinterpretedStorage, Storage, ViewLayout, empty, torch_device
 from turbine.eager.views import dense, write
-from turbine.errors import UnsupportedOpError, detached
+from turbine.errors import UnsupportedLayoutError, UnsupportedOpError, detached
 
 aten = torch.ops.aten
 
@@ -86,13 +86,21 @@ class EmptyPlan:
 STRUCTURES: dict[str, Callable[[list], Any]] = {"tensor": lambda outs: outs[0], "tuple": tuple, "list": list}
 
 
-def outputs(meta_out: Any) -> tuple[list, str]:
-    """The output tensors of a meta result (None kept as None) and the kind of result (STRUCTURES)."""
+def outputs(meta_out: Any, func: Any) -> tuple[list, str]:
+    """The output tensors of ``func``'s meta result (None kept as None) and the kind of result (STRUCTURES).
+
+    A sparse result is refused here, at once: no executor can make one that a turbine device
+    holds, so it does not go to the fallback policy (dispatch raises it as it is)."""
     if isinstance(meta_out, torch.Tensor):
-        return [meta_out], "tensor"
-    if isinstance(meta_out, (tuple, list)) and all(o is None or isinstance(o, torch.Tensor) for o in meta_out):
-        return list(meta_out), "list" if isinstance(meta_out, list) else "tuple"
-    raise UnsupportedOpError(f"turbine cannot return {type(meta_out).__name__} results yet")
+        metas, kind = [meta_out], "tensor"
+    elif isinstance(meta_out, (tuple, list)) and all(o is None or isinstance(o, torch.Tensor) for o in meta_out):
+        metas, kind = list(meta_out), "list" if isinstance(meta_out, list) else "tuple"
+    else:
+        raise UnsupportedOpError(f"turbine cannot return {type(meta_out).__name__} results yet")
+    for meta in metas:
+        if meta is not None and meta.layout != torch.strided:
+            raise UnsupportedLayoutError(func, meta.layout)
+    return metas, kind
 
 
 class ViewPlan:
