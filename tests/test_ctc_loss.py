@@ -50,7 +50,7 @@ def _on_device(log_probs, targets, input_lengths, target_lengths, where: str, **
 
 @pytest.mark.parametrize("where", ["lists", "device", "cpu lengths", "cpu"])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_lengths_and_targets_where_torch_cuda_takes_them(where, reduction):
+def test_lengths_and_targets_where_torch_cuda_takes_them(where, reduction, stats):
     log_probs, targets, input_lengths, target_lengths = _problem()
     leaf = log_probs.clone().requires_grad_()
     expected = F.ctc_loss(leaf, targets, input_lengths, target_lengths, reduction=reduction)
@@ -58,14 +58,31 @@ def test_lengths_and_targets_where_torch_cuda_takes_them(where, reduction):
     loss, grad = _on_device(log_probs, targets, input_lengths, target_lengths, where, reduction=reduction)
     torch.testing.assert_close(loss, expected.detach())
     torch.testing.assert_close(grad, leaf.grad)
-    assert turbine.stats()["fallbacks"].get("aten._ctc_loss.default")  # torch's kernel: IREE 3.13 cannot compile it
+    assert stats()["fallbacks"].get("aten._ctc_loss.default")  # torch's kernel (IREE 3.13 cannot compile it), checked
 
 
-def test_torch_ctc_loss_called_directly_takes_cpu_lengths():
+def test_torch_ctc_loss_called_directly_takes_cpu_lengths_and_keywords():
     log_probs, targets, input_lengths, target_lengths = _problem()
-    expected = torch.ctc_loss(log_probs, targets, input_lengths, target_lengths)
-    actual = torch.ctc_loss(log_probs.to(D), targets.to(D), input_lengths, target_lengths=target_lengths)
+    named = {"input_lengths": input_lengths, "target_lengths": target_lengths}
+    expected = torch.ctc_loss(log_probs=log_probs, targets=targets, **named)  # torch's own tensors: untouched
+    actual = torch.ctc_loss(log_probs=log_probs.to(D), targets=targets.to(D), **named)
     torch.testing.assert_close(actual.cpu(), expected)
+    torch.testing.assert_close(torch.ctc_loss(log_probs.to(D), targets.to(D), input_lengths, target_lengths=target_lengths).cpu(), expected)
+    assert F.one_hot(input=torch.tensor([1, 0])).tolist() == [[0, 1], [1, 0]]  # the mode passes keywords too
+
+
+def test_the_aten_overload_with_tensor_lengths_checks_its_targets():
+    """Reached where the function mode is not (a thread started before turbine, a direct call)."""
+    log_probs, targets, input_lengths, target_lengths = _problem()
+    targets[0, 2] = 9
+    with pytest.raises(RuntimeError, match=r"targets\[2\] \(counted flat\) is 9"):
+        torch.ops.aten._ctc_loss.Tensor(log_probs.to(D), targets.to(D), input_lengths.to(D), target_lengths.to(D))[0].cpu()
+
+
+def test_target_lengths_for_another_batch_get_torchs_error():
+    log_probs, targets, input_lengths, _ = _problem()
+    with pytest.raises(RuntimeError, match="target_lengths must be of size batch_size"):
+        F.ctc_loss(log_probs.to(D), targets.to(D), input_lengths, [3, 2, 1, 1])
 
 
 def test_padding_past_the_target_lengths_is_not_checked():

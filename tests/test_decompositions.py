@@ -232,3 +232,13 @@ def test_scatters_written_with_scatter_reduce_and_index_put():
     check_on_iree(lambda s, r: torch.diagonal_scatter(s, r, -2), x, torch.randn(5))
     check_on_iree(lambda s, r: torch.diagonal_scatter(s, r, 1, 2, 0), torch.randn(3, 4, 5), torch.randn(4, 2))
     check_on_iree(lambda s, r: torch.as_strided_scatter(s, r, (2, 3), (5, 2), 1), x, torch.randn(2, 3))
+
+
+def test_scatter_written_as_index_put_takes_a_0d_index():
+    """torch takes a 0-d index (one entry) on a tensor of any rank: so does the decomposition
+    (traced where IREE cannot compile a scatter as it is)."""
+    from turbine.eager.decompositions.scatter import scatter, scatter_value
+
+    for tensor, index, src in [(torch.zeros(5), torch.tensor(2), torch.tensor([7.0, 8.0])), (torch.zeros(()), torch.tensor(0), torch.tensor(3.0))]:
+        torch.testing.assert_close(scatter(tensor, 0, index, src), tensor.scatter(0, index, src))
+        torch.testing.assert_close(scatter_value(tensor, 0, index, 2.5), tensor.scatter(0, index, 2.5))

@@ -59,3 +59,22 @@ def test_the_explain_command_names_a_bad_op_and_the_way_out(capsys):
     assert "integer key" in capsys.readouterr().out
     assert main(["explain", "aten.no_such_op"]) == 2
     assert "name an aten overload" in capsys.readouterr().err
+
+
+def test_the_lowering_digest_is_the_same_in_every_process_and_follows_the_code():
+    """Kernels (and remembered compile failures) of an op with turbine's own lowering are keyed by
+    a digest of its code, so a changed lowering misses them: the LSTM cell's failure, cached before
+    its decomposition existed, kept it failing."""
+    import subprocess
+    import sys
+
+    aten = torch.ops.aten
+    here = registry.lowering_digest(aten.scatter.src)
+    code = "import torch, turbine; from turbine.eager import registry; print(registry.lowering_digest(torch.ops.aten.scatter.src))"
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert here == there and len(here) == 16
+    assert registry.lowering_digest(aten.add.Tensor) is None  # no lowering of turbine's own
+    assert registry.lowering_digest(aten.scatter.src) != registry.lowering_digest(aten._thnn_fused_gru_cell.default)
+    namespace: dict = {}
+    exec("def lowering(x):\n    return x + 1\n", namespace)  # no source file to read: its compiled code counts
+    assert registry._source(namespace["lowering"]) != registry._source(lambda x: x - 1)

@@ -88,7 +88,7 @@ def run(func: Any, args: tuple, kwargs: dict, reason: Exception) -> Any:
         return result
     last, refusal = failed[-1]
     if last is HOST and _refuses_the_call(refusal):
-        raise refusal  # torch's CPU kernel refuses the call's arguments: torch's error, as torch gives it
+        raise refusal from reason  # torch's CPU kernel refuses the call's arguments: torch's error, as torch gives it
     tried = "; nor ".join(f"{executor.description} ({first_line(error)})" for executor, error in failed)
     raise UnsupportedOpError(
         f"{func} could not run on {device.name if device else 'turbine'}: IREE could not run it ({why}), and "

@@ -124,9 +124,9 @@ class DeviceMode(TorchFunctionMode):
             return _shallow_copy_compatible(*args)
         if func is torch.device:
             return _device_object(*args, **kwargs)
-        if func is _ONE_HOT and isinstance(args[0], DeviceTensor):
+        if func is _ONE_HOT and isinstance(args[0] if args else kwargs.get("input"), DeviceTensor):
             return bounds.one_hot(*args, **kwargs)  # torch checks no class of a Python backend's
-        if func in _CTC_LOSS and isinstance(args[0], DeviceTensor):
+        if func in _CTC_LOSS and isinstance(args[0] if args else kwargs.get("log_probs"), DeviceTensor):
             return ctc.ctc_loss(func, *args, **kwargs)  # lengths as host numbers, as for torch's own tensors
         if func in _PIN and pinning.for_turbine(args[1] if len(args) > 1 else kwargs.get("device")):
             # pinned memory is a C++ hook a Python backend cannot give (eager/pinning.py)

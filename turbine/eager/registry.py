@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import hashlib
 import inspect
+import marshal
 from typing import Any, Callable, Iterable
 
 import torch
@@ -145,8 +146,19 @@ def lowering_digest(op: OpOverload) -> str | None:
     functions = [f for f in (found.correction, found.decomposition) if f is not None] if found is not None else []
     if not functions:
         return None
-    sources = sorted({inspect.getsource(inspect.getmodule(_unwrapped(f))) for f in functions})
-    return hashlib.sha256("".join(sources).encode()).hexdigest()[:16]
+    digest = hashlib.sha256()
+    for text in sorted({_source(_unwrapped(f)) for f in functions}):
+        digest.update(text)
+    return digest.hexdigest()[:16]
+
+
+def _source(function: Callable) -> bytes:
+    """The code of the module that holds ``function`` (its helpers change the lowering too), or
+    the function's compiled code where there is no source to read (a notebook, a frozen app)."""
+    try:
+        return inspect.getsource(inspect.getmodule(function)).encode()
+    except (OSError, TypeError):
+        return marshal.dumps(function.__code__)
 
 
 def _unwrapped(function: Callable) -> Callable:

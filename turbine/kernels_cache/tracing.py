@@ -27,7 +27,7 @@ _in_trace = threading.local()
 
 
 class _QuietInTraces(logging.Filter):
-    """Drops torch's fake-tensor log records made while this thread traces for turbine.
+    """Drops torch's fake-tensor ERROR log records made while this thread traces for turbine.
 
     A trace whose op's shape rule refuses it (``_grouped_mm`` traced in float32 "opmath" wants
     bfloat16) is a lowering that failed: turbine takes the error, and the op goes to the fallback
@@ -35,7 +35,7 @@ class _QuietInTraces(logging.Filter):
     attempting to run meta for ..."), which read as a crash in a notebook."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not getattr(_in_trace, "active", False)
+        return record.levelno < logging.ERROR or not getattr(_in_trace, "active", False)
 
 
 logging.getLogger("torch._subclasses.fake_tensor").addFilter(_QuietInTraces())

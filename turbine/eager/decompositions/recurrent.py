@@ -113,5 +113,6 @@ def register_shape_rules() -> None:
     global _library
     if _library is None:
         _library = torch.library.Library("aten", "IMPL")
-        _library.impl("_thnn_fused_gru_cell", _gru_cell_shapes, "Meta")
-        _library.impl("_thnn_fused_gru_cell_backward", _gru_cell_backward_shapes, "Meta")
+        for op, shapes in (("_thnn_fused_gru_cell", _gru_cell_shapes), ("_thnn_fused_gru_cell_backward", _gru_cell_backward_shapes)):
+            if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", "Meta"):  # a later torch's own wins
+                _library.impl(op, shapes, "Meta")

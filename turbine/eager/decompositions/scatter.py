@@ -41,16 +41,17 @@ def _coordinates(index: torch.Tensor, dim: int) -> tuple[torch.Tensor, ...]:
 def scatter(input: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     """scatter as index_put at each index entry's coordinates (of entries naming one place, one
     wins, as in torch)."""
-    if index.dim() == 0:  # a 0-d tensor's one element, replaced
-        return src.reshape(()).to(input.dtype)
+    if index.dim() == 0:  # one entry, as an index of one element along each of input's dims
+        one = [1] * max(input.dim(), 1)
+        wide = input.reshape(input.shape or (1,))
+        return scatter(wide, dim, index.reshape(one), src.reshape(-1)[:1].reshape(one)).reshape(input.shape)
     dim = dim % max(input.dim(), 1)
     return input.index_put(_coordinates(index, dim), _src_like_index(src, index))
 
 
 @registers(aten.scatter.value)
 def scatter_value(input: torch.Tensor, dim: int, index: torch.Tensor, value: float) -> torch.Tensor:
-    dim = dim % max(input.dim(), 1)
-    return input.index_put(_coordinates(index, dim), torch.full(index.shape, value, dtype=input.dtype))
+    return scatter(input, dim, index, torch.full(index.shape, value, dtype=input.dtype))
 
 
 @registers(aten.scatter_add.default)

@@ -37,7 +37,7 @@ def _host_lengths(lengths: Any, name: str) -> list[int]:
     return [int(length) for length in host.reshape(-1).tolist()]
 
 
-def ctc_loss(func: Callable, log_probs: DeviceTensor, targets: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+def ctc_loss(func: Callable, *args: Any, **kwargs: Any) -> torch.Tensor:
     """``F.ctc_loss`` or ``torch.ctc_loss`` (``func``) with its lengths as host numbers, as torch
     runs them for its own tensors.
 
@@ -45,19 +45,30 @@ def ctc_loss(func: Callable, log_probs: DeviceTensor, targets: torch.Tensor, *ar
     loss by them: lengths on the CPU (which torch CUDA takes, and cuDNN wants) failed turbine's
     same-device check. Targets on the CPU are moved to the device by torch, as for CUDA."""
     args = list(args)
-    for position, name in enumerate(("input_lengths", "target_lengths")):
+    for position, name in ((2, "input_lengths"), (3, "target_lengths")):
         if position < len(args):
             args[position] = _host_lengths(args[position], name)
         elif name in kwargs:
             kwargs[name] = _host_lengths(kwargs[name], name)
-    return func(log_probs, targets, *args, **kwargs)
+    return func(*args, **kwargs)
+
+
+def _with_host_lengths(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``_ctc_loss.Tensor`` and its backward, which torch reaches where the function mode does
+    not (a thread without it, a direct call): their overloads taking host lengths, which check
+    the targets."""
+    bound = bound_arguments(func, args, kwargs)
+    for name in ("input_lengths", "target_lengths"):
+        bound[name] = _host_lengths(bound[name], name)
+    overload = aten._ctc_loss.default if func is aten._ctc_loss.Tensor else aten._ctc_loss_backward.default
+    return overload(**bound)
 
 
 def _used_targets(targets: DeviceTensor, target_lengths: list[int]) -> DeviceTensor:
     """``targets`` with the padding no sample uses set to 0, a class in range. Only a padded
     batch (a row per sample) has padding: concatenated targets hold exactly the lengths' sum."""
-    if targets.dim() != 2 or all(length >= targets.shape[1] for length in target_lengths):
-        return targets
+    if targets.dim() != 2 or len(target_lengths) != targets.shape[0] or all(length >= targets.shape[1] for length in target_lengths):
+        return targets  # (lengths for another batch: torch's shape rule says so)
     lengths = torch.tensor(target_lengths, device=targets.device).unsqueeze(1)
     used = torch.arange(targets.shape[1], device=targets.device).unsqueeze(0) < lengths
     return torch.where(used, targets, torch.zeros_like(targets))
@@ -78,6 +89,11 @@ def _checked_targets(func: Any, args: tuple, kwargs: dict) -> Continue:
     return Continue((), bound)
 
 
+declare(
+    [aten._ctc_loss.Tensor, aten._ctc_loss_backward.Tensor],
+    "its lengths are read on the host (CPU or device tensors), as torch's kernels read them",
+    handler=_with_host_lengths,
+)
 declare(
     [aten._ctc_loss.default, aten._ctc_loss_backward.default],
     "the targets its samples use are checked against the classes of log_probs",
