@@ -132,6 +132,33 @@ def test_argmax_and_argmin_point_at_the_first_nan():
         _same(fn(x.to(D)), fn(x))
 
 
+def test_max_and_min_along_a_dim_point_at_the_first_nan_and_the_first_tie():
+    x = torch.tensor([[1.0, float("nan"), 3.0, float("nan")], [float("nan")] * 4, [float("-inf")] * 4, [2.0, 5.0, 5.0, 1.0]])
+    check(lambda t: torch.max(t, 1), x, equal_nan=True)
+    check(lambda t: torch.min(t, 0, keepdim=True), x, equal_nan=True)
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_max_pooling_indices_stay_in_the_input_at_the_padding_and_on_nans(dims):
+    """IREE's lowering pads with -inf: a window of -inf at the padding pointed into it (index -5),
+    and a window of NaNs gave -1, which the backward's index check then refused. torch's kernels
+    point at the window's first element inside; with several NaNs torch points at the last, turbine
+    at the first (both inside, both NaN)."""
+    pool = getattr(torch.nn.functional, f"max_pool{dims}d")
+    x = torch.randn((1, 2) + (4,) * dims)
+    x[0, 0] = float("-inf")
+    x[(0, 1) + (slice(1, 3),) * dims] = float("-inf")
+    check(lambda t: pool(t, 2, 2, padding=1, return_indices=True), x)
+    nans = torch.randn((1, 1) + (4,) * dims)
+    nans.view(-1)[5] = float("nan")
+    check(lambda t: pool(t, 3, 2, padding=1, return_indices=True), nans, equal_nan=True)
+    leaf = torch.full((1, 1) + (4,) * dims, float("nan")).to(D).requires_grad_()
+    values, indices = pool(leaf, 2, 2, padding=1, return_indices=True)
+    values.sum().backward()
+    assert indices.cpu().min() >= 0 and indices.cpu().max() < 4**dims
+    assert leaf.grad.cpu().sum() == values.numel()  # every window's gradient landed inside
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
 def test_sort_orders_nans_last_and_signed_zeros_as_equal(dtype):
     x = _with_nans(4, 5, 6) if dtype.is_floating_point else torch.randint(0, 4, (4, 5, 6))

@@ -114,3 +114,29 @@ def nanmedian(input: torch.Tensor) -> torch.Tensor:
     if input.numel() == 0:
         return torch.full((), math.nan, dtype=input.dtype)
     return nanmedian_dim(input.reshape(-1), 0)[0]
+
+
+def _extreme(largest: bool):
+    def extreme(input: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """``max.dim`` / ``min.dim`` with torch's rules: a slice holding a NaN has NaN for its value
+        and its first NaN's index (IREE's kept NaN as the value but pointed elsewhere, so max
+        pooling's indices fell outside the input), and ties give the first index."""
+        work = input.to(torch.int8) if input.dtype == torch.bool else input
+        floating = work.dtype.is_floating_point
+        nans = torch.isnan(work) if floating else None
+        if floating:
+            work = torch.where(nans, -math.inf if largest else math.inf, work)
+        best = (aten.amax.default if largest else aten.amin.default)(work, [dim], True)
+        index = aten.argmax.default((work == best).to(torch.int32), dim, keepdim)
+        values = best if keepdim else best.squeeze(dim)
+        if floating:
+            any_nan = aten.amax.default(nans.to(torch.int32), [dim], keepdim) > 0
+            index = torch.where(any_nan, aten.argmax.default(nans.to(torch.int32), dim, keepdim), index)
+            values = torch.where(any_nan, math.nan, values)
+        return values.to(input.dtype), index
+
+    return extreme
+
+
+max_dim = registers(aten.max.dim)(_extreme(largest=True))
+min_dim = registers(aten.min.dim)(_extreme(largest=False))

@@ -1,4 +1,4 @@
-"""Adaptive max pooling for any input and output sizes."""
+"""Max pooling with torch's indices, and adaptive max pooling for any input and output sizes."""
 
 from __future__ import annotations
 
@@ -10,6 +10,34 @@ from turbine.eager.decompositions._common import registers
 
 aten = torch.ops.aten
 
+#: torch's decomposition of max pooling with indices (a private function of torch 2.13's).
+_torch_max_pool = getattr(torch._decomp.decompositions, "_max_pool_nd_with_indices", None)
+
+
+def _max_pool_with_indices(dims: int):
+    def max_pool(input: torch.Tensor, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+        """Max pooling with torch's indices (a correction, eager/ops/corrections.py): IREE's
+        lowering, as torch's decomposition, pads with -inf, so a window of -inf that overlapped
+        the padding picked a padded place, an index outside the input (torch's kernels pick the
+        window's first element inside), and a window of NaNs gave -1. This is torch's
+        decomposition on an input whose -inf are raised to the lowest float and whose NaNs to
+        +inf; the values are read from the input at the indices. A window with several NaNs
+        points at its first (torch's kernels, at its last): either is inside the input, and
+        holds NaN."""
+        lifted = input
+        if input.dtype.is_floating_point:
+            lifted = torch.where(input == -math.inf, torch.finfo(input.dtype).min, input)
+            lifted = torch.where(torch.isnan(input), math.inf, lifted)
+        _, indices = _torch_max_pool(lifted, kernel_size, stride, padding, dilation, ceil_mode, dims)
+        planes = input.flatten(-dims)
+        values = torch.gather(planes, -1, indices.flatten(-dims)).reshape(indices.shape)
+        return values, indices
+
+    return max_pool
+
+
+max_pool2d_with_indices = _max_pool_with_indices(2) if _torch_max_pool is not None else None
+max_pool3d_with_indices = _max_pool_with_indices(3) if _torch_max_pool is not None else None
 
 
 def _adaptive_windows(size: int, out: int) -> tuple[torch.Tensor, torch.Tensor, int]:

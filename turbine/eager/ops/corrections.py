@@ -147,6 +147,19 @@ declare(
 )
 for _op in (_aten.argmax.default, _aten.argmin.default):
     declare(_op, "IREE's skipped NaNs; torch's point at the first NaN", correction=_nan_first(_op))
+declare(_aten.max.dim, "IREE's index of a slice with a NaN pointed past it", correction=decompositions.order.max_dim)
+if decompositions.pooling.max_pool2d_with_indices is not None:
+    declare(
+        _aten.max_pool2d_with_indices.default,
+        "IREE's indices of a window of -inf at the padding, or of NaNs, pointed outside the input",
+        correction=decompositions.pooling.max_pool2d_with_indices,
+    )
+    declare(
+        _aten.max_pool3d_with_indices.default,
+        "IREE's indices of a window of -inf at the padding, or of NaNs, pointed outside the input",
+        correction=decompositions.pooling.max_pool3d_with_indices,
+    )
+declare(_aten.min.dim, "IREE's index of a slice with a NaN pointed past it", correction=decompositions.order.min_dim)
 declare(
     [_aten.adaptive_max_pool2d.default, _aten.adaptive_max_pool3d.default],
     "IREE's own adaptive max pooling stops at run time unless the sizes divide evenly",
