@@ -2,7 +2,7 @@
 
     python benchmarks/models.py [--device turbine:cpu] [--models gpt2 llama ...] [--steps 10] [--out FILE]
 
-For each model of tests/library_models.py (transformers' GPT-2, Llama, BERT, ViT, ResNet; small
+For each model of tests/library_models.py (transformers' GPT-2, Llama, BERT, T5, ViT, ResNet; small
 configs, random weights; and PyTorch's MNIST example network, batch 64), at its ``--size``
 (``bench`` by default: hidden 256, 4 layers, 4 x 128 tokens; ``test`` is the tests' tiny size,
 where issuing each op costs more than its work), a new process with an empty kernel cache times:

@@ -25,6 +25,8 @@ from transformers import (
     LlamaForCausalLM,
     ResNetConfig,
     ResNetForImageClassification,
+    T5Config,
+    T5ForConditionalGeneration,
     ViTConfig,
     ViTForImageClassification,
 )
@@ -59,6 +61,15 @@ def bert(size: dict) -> torch.nn.Module:
         num_attention_heads=4, vocab_size=size["vocab"], max_position_embeddings=256,
     )
     return BertForMaskedLM(config)
+
+
+def t5(size: dict) -> torch.nn.Module:
+    """An encoder-decoder with relative position buckets (logs and integer casts of distances)."""
+    config = T5Config(
+        num_layers=size["layers"], d_model=size["hidden"], d_kv=size["hidden"] // 4, d_ff=2 * size["hidden"], num_heads=4,
+        vocab_size=size["vocab"], decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+    )
+    return T5ForConditionalGeneration(config)
 
 
 def vit(size: dict) -> torch.nn.Module:
@@ -129,6 +140,7 @@ MODELS: dict[str, tuple[Callable[[dict], torch.nn.Module], Callable[[dict], dict
     "gpt2": (gpt2, tokens, True),
     "llama": (llama, tokens, True),
     "bert": (bert, tokens, False),
+    "t5": (t5, tokens, True),
     "vit": (vit, images, False),
     "resnet": (resnet, images, False),
     "mnist": (mnist, digits, False),

@@ -1,4 +1,4 @@
-"""Library models (transformers' GPT-2, Llama, BERT, ViT, ResNet; small configs, random weights)
+"""Library models (transformers' GPT-2, Llama, BERT, T5, ViT, ResNet; small configs, random weights)
 train on turbine:cpu as on torch's CPU: outputs, losses, gradients, parameters after an
 optimizer step and buffers (batch norm's running statistics) match, no op falls back, and the
 decoder models generate torch's tokens. The models come from tests/library_models.py.
