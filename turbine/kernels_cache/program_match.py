@@ -88,7 +88,7 @@ def _program(graph_module: torch.fx.GraphModule, sizes: dict) -> list:
         elif node.op == "get_attr":  # a constant tensor the trace captured: its contents count
             constant = getattr(graph_module, node.target)
             values[node] = ("result", len(program))
-            program.append(("constant", constant.dtype, tuple(constant.shape), tuple(constant.flatten().tolist())))
+            program.append(("constant", constant.dtype, tuple(constant.shape), repr(constant.flatten().tolist())))  # NaN == NaN
         elif _size_arithmetic(node):
             values[node] = _number(value, sizes)
         else:
@@ -120,8 +120,11 @@ def _argument(value: Any, values: dict) -> Any:
 
 
 def _typed(value: Any) -> Any:
-    """A number with its type, so that 2, 2.0 and True differ as the ops taking them do."""
-    return (type(value).__name__, value) if isinstance(value, (bool, int, float)) else value
+    """A number with its type, so that 2, 2.0 and True differ as the ops taking them do; a float
+    as its repr, so that a NaN equals itself (max.dim's correction fills with one)."""
+    if isinstance(value, float):
+        return ("float", repr(value))
+    return (type(value).__name__, value) if isinstance(value, (bool, int)) else value
 
 
 def _plain(value: Any, sizes: dict) -> Any:
