@@ -275,7 +275,6 @@ def test_int32_indices_are_checked_as_int64(size):
         assert _outcome(lambda t, i: torch.index_select(t, 0, i), x.to(D), bad.to(D)) == ("IndexError", "index out of range in self")
 
 
-
 def _pooling(dims: int, kind: str) -> tuple:
     """A pooling backward (aten op) and its arguments on the CPU: (gradient, input, the arguments
     between them and the indices, the forward's indices). All three kinds take them in that order."""

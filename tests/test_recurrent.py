@@ -1,4 +1,4 @@
-"""Recurrent networks (eager/decompositions/recurrent.py, eager/ops/packing.py): ``nn.LSTM``,
+"""Recurrent networks (eager/decompositions/recurrent.py, eager/ops/recurrent.py): ``nn.LSTM``,
 ``nn.GRU`` and ``nn.RNN`` and their cells train on the device as on the CPU, padded or packed.
 
 Off the CPU torch runs LSTM and GRU steps as its fused cells, which it has for CUDA alone: on

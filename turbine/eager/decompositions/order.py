@@ -116,6 +116,14 @@ def nanmedian(input: torch.Tensor) -> torch.Tensor:
     return nanmedian_dim(input.reshape(-1), 0)[0]
 
 
+def at_first_nan(input: torch.Tensor, dim: int | None, keepdim: bool, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``index``, or the first NaN's index along ``dim`` where that slice holds a NaN (torch's rule
+    for argmax, argmin, max.dim and min.dim; IREE's skipped NaNs), and where the slices hold one."""
+    nans = torch.isnan(input).to(torch.int32)
+    any_nan = aten.amax.default(nans, [] if dim is None else [dim], keepdim) > 0
+    return torch.where(any_nan.reshape(index.shape), aten.argmax.default(nans, dim, keepdim), index), any_nan
+
+
 def _extreme(largest: bool):
     def extreme(input: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """``max.dim`` / ``min.dim`` with torch's rules: a slice holding a NaN has NaN for its value
@@ -123,15 +131,13 @@ def _extreme(largest: bool):
         pooling's indices fell outside the input), and ties give the first index."""
         work = input.to(torch.int8) if input.dtype == torch.bool else input
         floating = work.dtype.is_floating_point
-        nans = torch.isnan(work) if floating else None
         if floating:
-            work = torch.where(nans, -math.inf if largest else math.inf, work)
+            work = torch.where(torch.isnan(work), -math.inf if largest else math.inf, work)
         best = (aten.amax.default if largest else aten.amin.default)(work, [dim], True)
         index = aten.argmax.default((work == best).to(torch.int32), dim, keepdim)
         values = best if keepdim else best.squeeze(dim)
         if floating:
-            any_nan = aten.amax.default(nans.to(torch.int32), [dim], keepdim) > 0
-            index = torch.where(any_nan, aten.argmax.default(nans.to(torch.int32), dim, keepdim), index)
+            index, any_nan = at_first_nan(input, dim, keepdim, index)
             values = torch.where(any_nan, math.nan, values)
         return values.to(input.dtype), index
 

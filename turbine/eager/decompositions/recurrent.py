@@ -10,8 +10,7 @@ its backward in ``workspace``: the LSTM cell's activated gates ``[i, f, g, o]``,
 
 The GRU cell ops have no shape rule in torch either; :func:`register_shape_rules` gives them one
 (a Meta kernel), so that turbine can plan them as it plans any op. torch's shape rule for the
-LSTM cell fails without biases (it reads ``input_bias.device``): a cell without them is given
-zero biases (:func:`_zero_biases`).
+LSTM cell fails without biases: eager/ops/recurrent.py gives such a cell zero biases.
 """
 
 from __future__ import annotations
@@ -19,8 +18,6 @@ from __future__ import annotations
 import torch
 
 from turbine.eager.decompositions._common import registers
-from turbine.eager.registry import Continue, declare
-from turbine.eager.schema import bound_arguments
 
 aten = torch.ops.aten
 
@@ -35,20 +32,6 @@ def lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
     i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
     cy = f * cx + i * g
     return o * cy.tanh(), cy, torch.cat([i, f, g, o], 1)
-
-
-def _zero_biases(func, args: tuple, kwargs: dict) -> Continue:
-    """An LSTM cell without biases, as one with zero biases: torch's shape rule for the cell
-    raised AttributeError without them (torch 2.13). The backward op knows from autograd that the
-    cell had none, and gives no bias gradient."""
-    bound = bound_arguments(func, args, kwargs)
-    if bound.get("input_bias") is None:
-        zeros = bound["input_gates"].new_zeros(bound["input_gates"].shape[1])
-        bound["input_bias"], bound["hidden_bias"] = zeros, zeros
-    return Continue((), bound)
-
-
-declare(aten._thnn_fused_lstm_cell.default, "torch's shape rule for it fails without biases: zero biases stand in", handler=_zero_biases)
 
 
 @registers(aten._thnn_fused_lstm_cell_backward_impl.default)

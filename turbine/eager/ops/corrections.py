@@ -96,10 +96,7 @@ def _nan_first(op: torch._ops.OpOverload) -> Callable:
         found = op(input, dim, keepdim)
         if not input.dtype.is_floating_point:
             return found
-        nans = torch.isnan(input).to(torch.int32)
-        first_nan = torch.ops.aten.argmax.default(nans, dim, keepdim)
-        any_nan = torch.ops.aten.amax.default(nans, [] if dim is None else [dim], keepdim) > 0
-        return torch.where(any_nan.reshape(found.shape), first_nan, found)
+        return decompositions.order.at_first_nan(input, dim, keepdim, found)[0]
 
     return corrected
 
@@ -148,18 +145,14 @@ declare(
 for _op in (_aten.argmax.default, _aten.argmin.default):
     declare(_op, "IREE's skipped NaNs; torch's point at the first NaN", correction=_nan_first(_op))
 declare(_aten.max.dim, "IREE's index of a slice with a NaN pointed past it", correction=decompositions.order.max_dim)
-if decompositions.pooling.max_pool2d_with_indices is not None:
-    declare(
-        _aten.max_pool2d_with_indices.default,
-        "IREE's indices of a window of -inf at the padding, or of NaNs, pointed outside the input",
-        correction=decompositions.pooling.max_pool2d_with_indices,
-    )
-    declare(
-        _aten.max_pool3d_with_indices.default,
-        "IREE's indices of a window of -inf at the padding, or of NaNs, pointed outside the input",
-        correction=decompositions.pooling.max_pool3d_with_indices,
-    )
 declare(_aten.min.dim, "IREE's index of a slice with a NaN pointed past it", correction=decompositions.order.min_dim)
+_POOLS_WITH_INDICES = {
+    _aten.max_pool2d_with_indices.default: decompositions.pooling.max_pool2d_with_indices,
+    _aten.max_pool3d_with_indices.default: decompositions.pooling.max_pool3d_with_indices,
+}
+for _op, _correction in _POOLS_WITH_INDICES.items():
+    if _correction is not None:  # None where torch has not got the decomposition it is built on
+        declare(_op, "IREE's indices of a window of -inf at the padding, or of NaNs, pointed outside the input", correction=_correction)
 declare(
     [_aten.adaptive_max_pool2d.default, _aten.adaptive_max_pool3d.default],
     "IREE's own adaptive max pooling stops at run time unless the sizes divide evenly",

@@ -1,4 +1,7 @@
-"""Packed sequences (``nn.utils.rnn.pack_padded_sequence``): their lengths and batch sizes stay
+"""Recurrent networks: packed sequences' lengths on the CPU, and LSTM cells without biases.
+(The fused LSTM and GRU cells themselves are decompositions: eager/decompositions/recurrent.py.)
+
+Packed sequences (``nn.utils.rnn.pack_padded_sequence``): their lengths and batch sizes stay
 on the CPU, as torch keeps them for CUDA tensors.
 
 ``_pack_padded_sequence`` takes the sequences' lengths as a CPU tensor and returns the packed
@@ -15,7 +18,7 @@ from typing import Any
 
 import torch
 
-from turbine.eager.registry import declare
+from turbine.eager.registry import Continue, declare
 from turbine.eager.schema import bound_arguments
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.views import meta_like
@@ -48,3 +51,17 @@ declare(
     "the lengths come on the CPU and the batch sizes go back on it, as torch keeps them for CUDA",
     handler=_pack_padded_sequence,
 )
+
+
+def _zero_biases(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """An LSTM cell without biases, as one with zero biases: torch's shape rule for the cell
+    raised AttributeError without them (torch 2.13). The backward op knows from autograd that the
+    cell had none, and gives no bias gradient."""
+    bound = bound_arguments(func, args, kwargs)
+    if bound.get("input_bias") is None:
+        zeros = bound["input_gates"].new_zeros(bound["input_gates"].shape[1])
+        bound["input_bias"], bound["hidden_bias"] = zeros, zeros
+    return Continue((), bound)
+
+
+declare(aten._thnn_fused_lstm_cell.default, "torch's shape rule for it fails without biases: zero biases stand in", handler=_zero_biases)
