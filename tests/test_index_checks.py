@@ -313,3 +313,34 @@ def test_pooling_backward_indices_outside_the_input_are_reported(kind, dims, bad
         with pytest.raises(RuntimeError, match=rf"Found an invalid max index: {bad} \(input planes are of size {plane}\)"):
             backward(*on_device, bad_indices.to(D)).cpu()
     torch.testing.assert_close((arguments[1].to(D) * 2).cpu(), arguments[1] * 2)
+
+
+#: grouped_mm's layouts: (mat_a's shape, mat_b's shape); offs end groups along the jagged dim (length 16).
+GROUPED = {"2-d by 3-d": ((16, 16), (3, 16, 8)), "3-d by 2-d": ((3, 8, 16), (16, 16)), "2-d by 2-d": ((8, 16), (16, 16))}
+
+
+@pytest.mark.parametrize("layout", sorted(GROUPED))
+@pytest.mark.parametrize("offs, words", [
+    ([4, 8, 16], None),
+    ([4, 8, 40], r"offs\[2\] is 40, outside \[0, 16\]"),
+    ([-4, 8, 16], r"offs\[0\] is -4, outside \[0, 16\]"),
+    ([8, 4, 16], r"offs must not decrease, but offs\[1\] is 4 below offs\[0\]"),
+])
+def test_grouped_mm_offsets_outside_or_out_of_order_are_reported(layout, offs, words):
+    """grouped_mm's offsets end each group along its jagged dim: torch's CUDA kernel reads the
+    operands at them unchecked (its CPU kernel slices, so clamps, and checks nothing either).
+    turbine gives torch's result in range and names the bad entry otherwise, and runs on."""
+    torch.manual_seed(0)
+    a, b = (torch.randn(shape, dtype=torch.bfloat16) for shape in GROUPED[layout])
+    o = torch.tensor(offs, dtype=torch.int32)
+    with contextlib.suppress(IndexError, RuntimeError):
+        turbine.synchronize(D)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = torch._grouped_mm(a.to(D), b.to(D), o.to(D))
+        if words is None:
+            torch.testing.assert_close(result.cpu(), torch._grouped_mm(a, b, o))
+        else:
+            with pytest.raises(RuntimeError, match=words):
+                result.cpu()
+    torch.testing.assert_close((a.to(D) * 2).cpu(), a * 2)

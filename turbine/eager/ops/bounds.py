@@ -267,6 +267,31 @@ def _repeat_counts(func: Any, args: tuple, kwargs: dict) -> Continue:
     return Continue(*_replaced(args, kwargs, func, "repeats", safe))
 
 
+def _group_offsets(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """``grouped_mm``'s ``offs`` end each group along the jagged dim of its 2-d operand (``mat_a``'s
+    rows against a 3-d ``mat_b``, ``mat_b``'s columns against a 3-d ``mat_a``, the shared inner dim
+    of two 2-d ones): they lie in ``[0, length]`` and do not decrease. torch's CUDA kernel reads the
+    operands at them unchecked, its CPU one slices (so clamps) and checks nothing either; turbine
+    reports the first bad entry at the next read, and the kernel gets offsets clamped into range."""
+    first, second, offs = args[0], args[1], _argument(args, kwargs, func, "offs")
+    if not isinstance(offs, DeviceTensor) or offs.numel() == 0:
+        return Continue(args, kwargs)
+    if first.dim() == 2:
+        operand, dim = ("mat_a", 0) if second.dim() == 3 else ("mat_a", 1)
+        length = first.shape[dim]
+    else:
+        operand, dim, length = "mat_b", 1, second.shape[1]
+    where = f"each group ends inside {operand}'s dim {dim} (of length {length})"
+    error = lambda value, position: RuntimeError(f"grouped_mm: offs[{position}] is {value}, outside [0, {length}]: {where}")  # noqa: E731
+    checked(offs, 0, length + 1, error)
+    if offs.numel() > 1:
+        steps = offs[1:].to(torch.int64) - offs[:-1].to(torch.int64)
+        order = lambda value, position: RuntimeError(f"grouped_mm: offs must not decrease, but offs[{position + 1}] is {value} below offs[{position}]")  # noqa: E731
+        checked(steps, 0, 2**62, lambda value, position: order(-value, position))
+    safe = torch.cummax(offs.clamp(0, length), 0).values
+    return Continue(*_replaced(args, kwargs, func, "offs", safe))
+
+
 def check_indexing(source: DeviceTensor, indices: list) -> list:
     """``x[i, j]``'s index tensors, each checked against the dim it indexes (a boolean mask takes
     as many dims as it has, and is not checked: it cannot point outside)."""
@@ -309,6 +334,7 @@ declare(list(_POOLED_DIMS), "its indices are checked against its input's planes"
 declare(aten.lu_unpack.default, "its pivots are checked against the factored matrix's rows", handler=_pivots)
 declare(aten.binary_cross_entropy.default, "its input and target are checked to lie in [0, 1]", handler=_probabilities)
 declare(aten.masked_scatter.default, "its mask's ones are counted against the source's elements", handler=_masked_scatter)
+declare(aten._grouped_mm.default, "its group offsets are checked against the jagged dim and for order", handler=_group_offsets)
 declare(aten.repeat_interleave.Tensor, "its repeats are added up against the output_size it is given", handler=_repeat_counts)
 declare(
     [aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default, aten.nll_loss2d_backward.default],
