@@ -77,4 +77,9 @@ def test_the_lowering_digest_is_the_same_in_every_process_and_follows_the_code()
     assert registry.lowering_digest(aten.scatter.src) != registry.lowering_digest(aten._thnn_fused_gru_cell.default)
     namespace: dict = {}
     exec("def lowering(x):\n    return x + 1\n", namespace)  # no source file to read: its compiled code counts
-    assert registry._source(namespace["lowering"]) != registry._source(lambda x: x - 1)
+    assert registry._sources(namespace["lowering"]) != registry._sources(lambda x: x - 1)
+    # a helper from another module of the package counts, and its helpers in turn (bessel -> gamma -> bits)
+    package = "turbine.eager.decompositions"
+    assert {f"{package}.gamma", f"{package}.bits", f"{package}._common"} <= registry._helper_modules(f"{package}.bessel")
+    assert "turbine.eager.registry" not in registry._helper_modules(f"{package}.bessel")
+    assert f"{package}.order" in registry._helper_modules("turbine.eager.ops.corrections")  # argmax's, through the package

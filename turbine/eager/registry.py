@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib
 import inspect
 import marshal
 from typing import Any, Callable, Iterable
@@ -140,25 +141,54 @@ def correction(op: OpOverload) -> Callable | None:
 @functools.cache
 def lowering_digest(op: OpOverload) -> str | None:
     """A digest of the code of turbine's own lowering of ``op`` (the modules that hold its
-    correction and decomposition), or None where it has neither; part of its kernels' cache
-    key, so that a kernel, or a failure to compile, cached from an older lowering misses."""
+    correction and decomposition, and the modules of their package whose helpers they use), or
+    None where it has neither; part of its kernels' cache key, so that a kernel, or a failure to
+    compile, cached from an older lowering misses."""
     found = _entries.get(op)
     functions = [f for f in (found.correction, found.decomposition) if f is not None] if found is not None else []
     if not functions:
         return None
     digest = hashlib.sha256()
-    for text in sorted({_source(_unwrapped(f)) for f in functions}):
+    for text in sorted({text for f in functions for text in _sources(_unwrapped(f))}):
         digest.update(text)
     return digest.hexdigest()[:16]
 
 
-def _source(function: Callable) -> bytes:
-    """The code of the module that holds ``function`` (its helpers change the lowering too), or
-    the function's compiled code where there is no source to read (a notebook, a frozen app)."""
+def _sources(function: Callable) -> set[bytes]:
+    """The code of the module that holds ``function`` and of each lowering module it takes a
+    helper from, transitively (``order.at_first_nan`` changes argmax's correction too); the
+    function's compiled code where there is no module to read (a notebook, a frozen app)."""
+    module = inspect.getmodule(function)
+    if module is None or _module_source(module.__name__) is None:
+        return {marshal.dumps(function.__code__)}
+    return {_module_source(name) for name in _helper_modules(module.__name__)}
+
+
+#: The packages that hold turbine's lowerings: the helpers a lowering's digest follows.
+_LOWERING_PACKAGES = ("turbine.eager.decompositions", "turbine.eager.ops")
+
+
+@functools.cache
+def _helper_modules(name: str) -> frozenset[str]:
+    """``name`` and the lowering modules it takes names from (a package, its modules), and theirs
+    in turn."""
+    found, todo = {name}, [name]
+    while todo:
+        for value in list(vars(importlib.import_module(todo.pop())).values()):
+            owner = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
+            lowering = isinstance(owner, str) and any(owner == p or owner.startswith(p + ".") for p in _LOWERING_PACKAGES)
+            if lowering and owner not in found:
+                found.add(owner)
+                todo.append(owner)
+    return frozenset(found)
+
+
+@functools.cache
+def _module_source(name: str) -> bytes | None:
     try:
-        return inspect.getsource(inspect.getmodule(function)).encode()
+        return inspect.getsource(importlib.import_module(name)).encode()
     except (OSError, TypeError):
-        return marshal.dumps(function.__code__)
+        return None
 
 
 def _unwrapped(function: Callable) -> Callable:
