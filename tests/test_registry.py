@@ -83,3 +83,18 @@ def test_the_lowering_digest_is_the_same_in_every_process_and_follows_the_code()
     assert {f"{package}.gamma", f"{package}.bits", f"{package}._common"} <= registry._helper_modules(f"{package}.bessel")
     assert "turbine.eager.registry" not in registry._helper_modules(f"{package}.bessel")
     assert f"{package}.order" in registry._helper_modules("turbine.eager.ops.corrections")  # argmax's, through the package
+
+
+def test_a_handlers_rewritten_arguments_go_on_in_atens_positions():
+    """A handler reads and rewrites arguments by name and hands them on positionally: torch's
+    Python decompositions take aten's positions but not always its names (``input`` for
+    ``self``: multilabel_margin_loss fell back when its checked target came back by name)."""
+    from turbine.eager.schema import as_call, bound_arguments
+
+    aten = torch.ops.aten
+    named = bound_arguments(aten.gather.default, (1, 0), {"index": 2, "sparse_grad": True})
+    assert named == {"self": 1, "dim": 0, "index": 2, "sparse_grad": True}
+    assert as_call(aten.gather.default, named | {"index": 3}) == ((1, 0, 3), {"sparse_grad": True})
+    # a gap before a given argument takes the schema's default; keyword-only ones stay keywords
+    assert as_call(aten._grouped_mm.default, {"self": 1, "mat2": 2, "bias": 4}) == ((1, 2, None, 4), {})
+    assert as_call(aten.repeat_interleave.Tensor, {"repeats": 1, "output_size": 6}) == ((1,), {"output_size": 6})

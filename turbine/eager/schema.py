@@ -165,9 +165,20 @@ def schema_of(func: torch._ops.OpOverload) -> OpSchema:
 
 
 def bound_arguments(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> dict:
-    """The call's arguments by name (those it gives): a handler rewrites them and hands them on
-    as keywords, which every aten op takes."""
+    """The call's arguments by name (those it gives), for a handler to read and rewrite; it
+    hands them on through :func:`as_call`."""
     return dict(zip(schema_of(func).names, args)) | kwargs
+
+
+def as_call(func: torch._ops.OpOverload, named: dict) -> tuple[tuple, dict]:
+    """Arguments by name as a call of ``func``: positional where its schema allows (a gap before
+    a given one takes the schema's default), keyword-only ones as keywords. Not all keywords:
+    a lowering written in Python (torch's decompositions) takes aten's positions, but does not
+    always name its parameters as aten does (``input`` for ``self``)."""
+    positional = [argument for argument in func._schema.arguments if not argument.kwarg_only]
+    given = [i for i, argument in enumerate(positional) if argument.name in named]
+    args = tuple(named.get(argument.name, argument.default_value) for argument in positional[: given[-1] + 1 if given else 0])
+    return args, {argument.name: named[argument.name] for argument in func._schema.arguments if argument.kwarg_only and argument.name in named}
 
 
 @functools.lru_cache(maxsize=None)

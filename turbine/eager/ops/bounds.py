@@ -22,7 +22,7 @@ import torch
 
 from turbine.eager.index_checks import Error, checked, checked_values
 from turbine.eager.registry import Continue, declare
-from turbine.eager.schema import schema_of
+from turbine.eager.schema import as_call, bound_arguments, schema_of
 from turbine.eager.tensor import DeviceTensor
 
 aten = torch.ops.aten
@@ -56,39 +56,25 @@ _ALONG_A_DIM = {
 }
 
 
-def _argument(args: tuple, kwargs: dict, func: Any, name: str) -> Any:
-    """The call's argument ``name``, given by position or keyword."""
-    position = schema_of(func).names.index(name)
-    return args[position] if position < len(args) else kwargs.get(name)
-
-
-def _replaced(args: tuple, kwargs: dict, func: Any, name: str, value: Any) -> tuple[tuple, dict]:
-    """The call's arguments with ``name`` replaced by ``value``."""
-    position = schema_of(func).names.index(name)
-    if position < len(args):
-        return args[:position] + (value,) + args[position + 1 :], kwargs
-    return args, {**kwargs, name: value}
-
-
 def _along_a_dim(func: Any, args: tuple, kwargs: dict) -> Continue:
     negatives, error = _ALONG_A_DIM[func]
-    source, index = args[0], _argument(args, kwargs, func, "index")
+    named = bound_arguments(func, args, kwargs)
+    source, index = named["self"], named["index"]
     if not isinstance(index, DeviceTensor):
         return Continue(args, kwargs)
-    dim = _argument(args, kwargs, func, "dim") % max(source.dim(), 1)
+    dim = named["dim"] % max(source.dim(), 1)
     size = source.shape[dim] if source.dim() else 1
-    safe = checked(index, -size if negatives else 0, size, error(dim, size))
-    return Continue(*_replaced(args, kwargs, func, "index", safe))
+    return Continue(*as_call(func, named | {"index": checked(index, -size if negatives else 0, size, error(dim, size))}))
 
 
 def _flat_index(func: Any, args: tuple, kwargs: dict) -> Continue:
     """``take`` and ``put``: indices into the tensor as if it were flat."""
-    source, index = args[0], _argument(args, kwargs, func, "index")
-    if not isinstance(index, DeviceTensor):
+    named = bound_arguments(func, args, kwargs)
+    if not isinstance(named["index"], DeviceTensor):
         return Continue(args, kwargs)
-    size = source.numel()
+    size = named["self"].numel()
     error = lambda value, position: IndexError(f"out of range: tried to access index {value} on a tensor of {size} elements.")  # noqa: E731
-    return Continue(*_replaced(args, kwargs, func, "index", checked(index, -size, size, error)))
+    return Continue(*as_call(func, named | {"index": checked(named["index"], -size, size, error)}))
 
 
 def _embedding_rows(func: Any, args: tuple, kwargs: dict) -> Continue:
@@ -98,22 +84,21 @@ def _embedding_rows(func: Any, args: tuple, kwargs: dict) -> Continue:
     crash), and both read past the indices on the second. Backward ops get the forward's indices
     as the caller gave them (autograd keeps them), so they are checked again; the forward's
     report, if any, comes first."""
-    names = schema_of(func).names
+    named, names = bound_arguments(func, args, kwargs), schema_of(func).names
     if "num_weights" in names:  # a gradient: the weight's rows, without the weight
-        shape = [int(_argument(args, kwargs, func, "num_weights"))]
+        shape = [int(named["num_weights"])]
     else:
-        shape = list(_argument(args, kwargs, func, "weight" if "weight" in names else "self").shape)
-    indices = _argument(args, kwargs, func, "indices")
+        shape = list(named["weight" if "weight" in names else "self"].shape)
+    indices = named["indices"]
     if isinstance(indices, DeviceTensor):
-        args, kwargs = _replaced(args, kwargs, func, "indices", checked(indices, 0, shape[0], _ROWS[func](shape)))
-    offsets = _argument(args, kwargs, func, "offsets") if "offsets" in names else None
-    if isinstance(offsets, DeviceTensor):
+        named["indices"] = checked(indices, 0, shape[0], _ROWS[func](shape))
+    if isinstance(named.get("offsets"), DeviceTensor):
         length = indices.numel()
         error = lambda value, position: RuntimeError(  # noqa: E731
             f"offsets[{position}] is {value}, outside [0, {length}]: each bag starts inside the input (of length {length})"
         )
-        args, kwargs = _replaced(args, kwargs, func, "offsets", checked(offsets, 0, length + 1, error))
-    return Continue(args, kwargs)
+        named["offsets"] = checked(named["offsets"], 0, length + 1, error)
+    return Continue(*as_call(func, named))
 
 
 def _bag_index(shape: list[int]) -> Error:
@@ -143,24 +128,25 @@ _ROWS: dict[Any, Callable[[list[int]], Error]] = {
 
 def _nll_loss(func: Any, args: tuple, kwargs: dict) -> Continue:
     """Class targets lie in ``[0, classes)``, except those equal to ``ignore_index``."""
-    scores, target = _argument(args, kwargs, func, "self"), _argument(args, kwargs, func, "target")
+    named = bound_arguments(func, args, kwargs)
+    scores, target = named["self"], named["target"]
     if not isinstance(target, DeviceTensor):
         return Continue(args, kwargs)
     classes = scores.shape[-1] if scores.dim() == 1 else scores.shape[1]
-    ignore = _argument(args, kwargs, func, "ignore_index")
-    safe = checked(target, 0, classes, lambda value, position: IndexError(f"Target {value} is out of bounds."), ignore=int(ignore))
-    return Continue(*_replaced(args, kwargs, func, "target", safe))
+    error = lambda value, position: IndexError(f"Target {value} is out of bounds.")  # noqa: E731
+    return Continue(*as_call(func, named | {"target": checked(target, 0, classes, error, ignore=int(named["ignore_index"]))}))
 
 
 def _max_unpool(func: Any, args: tuple, kwargs: dict) -> Continue:
     """Pooling indices point into each output plane (``output_size`` elements)."""
-    indices, output_size = _argument(args, kwargs, func, "indices"), [int(size) for size in _argument(args, kwargs, func, "output_size")]
+    named = bound_arguments(func, args, kwargs)
+    indices, output_size = named["indices"], [int(size) for size in named["output_size"]]
     if not isinstance(indices, DeviceTensor):
         return Continue(args, kwargs)
     plane = math.prod(output_size)
     sizes = "x".join(str(size) for size in output_size)
     error = lambda value, position: RuntimeError(f"Found an invalid max index: {value} (output volumes are of size {sizes})")  # noqa: E731
-    return Continue(*_replaced(args, kwargs, func, "indices", checked(indices, 0, plane, error)))
+    return Continue(*as_call(func, named | {"indices": checked(indices, 0, plane, error)}))
 
 
 def _pooling_indices(func: Any, args: tuple, kwargs: dict) -> Continue:
@@ -168,13 +154,13 @@ def _pooling_indices(func: Any, args: tuple, kwargs: dict) -> Continue:
     it the forward's indices, but a caller may pass any: torch's CPU and GPU kernels for max and
     adaptive pooling add gradients at them unchecked (a write outside the result, which crashed
     the process at exit on the CPU), its fractional pooling kernels assert on them."""
-    source, indices = _argument(args, kwargs, func, "self"), _argument(args, kwargs, func, "indices")
-    if not isinstance(indices, DeviceTensor):
+    named = bound_arguments(func, args, kwargs)
+    if not isinstance(named["indices"], DeviceTensor):
         return Continue(args, kwargs)
-    plane = list(source.shape[-_POOLED_DIMS[func] :])
+    plane = list(named["self"].shape[-_POOLED_DIMS[func] :])
     sizes = "x".join(str(size) for size in plane)
     error = lambda value, position: RuntimeError(f"Found an invalid max index: {value} (input planes are of size {sizes})")  # noqa: E731
-    return Continue(*_replaced(args, kwargs, func, "indices", checked(indices, 0, math.prod(plane), error)))
+    return Continue(*as_call(func, named | {"indices": checked(named["indices"], 0, math.prod(plane), error)}))
 
 
 #: Pooling backward ops, with the number of pooled (trailing) dims their indices count in.
@@ -192,8 +178,8 @@ def _pivots(func: Any, args: tuple, kwargs: dict) -> Continue:
     """``lu_unpack``'s pivots are rows, counted from 1, of the factored matrix: torch's CPU kernel
     raises on one outside ``[1, m]``, IREE's kernel read outside its tensors. The check counts
     from 0, so that an entry it replaces becomes row 1."""
-    factors, pivots = _argument(args, kwargs, func, "LU_data"), _argument(args, kwargs, func, "LU_pivots")
-    unpacking = _argument(args, kwargs, func, "unpack_pivots")
+    named = bound_arguments(func, args, kwargs)
+    factors, pivots, unpacking = named["LU_data"], named["LU_pivots"], named.get("unpack_pivots")
     if not isinstance(pivots, DeviceTensor) or unpacking is False or pivots.dtype not in (torch.int32, torch.int64):
         return Continue(args, kwargs)
     rows = factors.shape[-2]
@@ -201,7 +187,7 @@ def _pivots(func: Any, args: tuple, kwargs: dict) -> Continue:
         "pivots passed to lu_unpack must be between 1 and LU.size(-2) inclusive.Did you properly pass the result of lu_factor?"
     )
     safe = (checked(pivots.to(torch.int64) - 1, 0, rows, error) + 1).to(pivots.dtype)
-    return Continue(*_replaced(args, kwargs, func, "LU_pivots", safe))
+    return Continue(*as_call(func, named | {"LU_pivots": safe}))
 
 
 def _class_targets(func: Any, args: tuple, kwargs: dict) -> Continue:
@@ -209,7 +195,8 @@ def _class_targets(func: Any, args: tuple, kwargs: dict) -> Continue:
     (multilabel_margin, whose -1 ends a sample's targets). torch reads a multilabel sample's
     targets only up to its first -1, so it raises on fewer entries than this check does; the GPU
     kernels check nothing there and read outside the scores."""
-    scores, target = _argument(args, kwargs, func, "self"), _argument(args, kwargs, func, "target")
+    named = bound_arguments(func, args, kwargs)
+    scores, target = named["self"], named["target"]
     if not isinstance(target, DeviceTensor):
         return Continue(args, kwargs)
     classes = scores.shape[-1] if scores.dim() else 1
@@ -218,7 +205,7 @@ def _class_targets(func: Any, args: tuple, kwargs: dict) -> Continue:
         safe = checked(target, 0, classes, error, ignore=-1)  # -1 ends the targets: kept as it is
     else:
         safe = checked(target, 0, classes, lambda value, position: RuntimeError("target out of range"))
-    return Continue(*_replaced(args, kwargs, func, "target", safe))
+    return Continue(*as_call(func, named | {"target": safe}))
 
 
 _MULTILABEL = (aten.multilabel_margin_loss_forward.default, aten.multilabel_margin_loss_backward.default)
@@ -227,20 +214,20 @@ _MULTILABEL = (aten.multilabel_margin_loss_forward.default, aten.multilabel_marg
 def _probabilities(func: Any, args: tuple, kwargs: dict) -> Continue:
     """binary_cross_entropy's input and target lie in ``[0, 1]``: torch's CPU kernel raises,
     its GPU kernel asserts (losing the CUDA context), IREE's kernel took logs of them anyway."""
-    for name in ("self", "target"):
-        values = _argument(args, kwargs, func, name)
-        if isinstance(values, DeviceTensor):
-            words = "input" if name == "self" else "target"
+    named = bound_arguments(func, args, kwargs)
+    for name, words in (("self", "input"), ("target", "target")):
+        if isinstance(named[name], DeviceTensor):
             error = lambda value, position, words=words: RuntimeError(f"all elements of {words} should be between 0 and 1")  # noqa: E731
-            args, kwargs = _replaced(args, kwargs, func, name, checked_values(values, 0.0, 1.0, error))
-    return Continue(args, kwargs)
+            named[name] = checked_values(named[name], 0.0, 1.0, error)
+    return Continue(*as_call(func, named))
 
 
 def _masked_scatter(func: Any, args: tuple, kwargs: dict) -> Continue:
     """A mask with more ones than the source has elements: torch raises, and a kernel would read
     past the source. The ones past the source's count are dropped from the mask the kernel gets
     (the count itself is checked, so the error comes at the next read)."""
-    target, mask, source = (_argument(args, kwargs, func, name) for name in ("self", "mask", "source"))
+    named = bound_arguments(func, args, kwargs)
+    target, mask, source = named["self"], named["mask"], named["source"]
     shape = torch.broadcast_shapes(target.shape, mask.shape)  # the result's: the two broadcast together
     if not isinstance(mask, DeviceTensor) or shape.numel() == 0:
         return Continue(args, kwargs)
@@ -249,22 +236,21 @@ def _masked_scatter(func: Any, args: tuple, kwargs: dict) -> Continue:
     count = flat.to(torch.int64).cumsum(0)
     error = lambda value, position: RuntimeError("Number of elements of source < number of ones in mask")  # noqa: E731
     checked(count[-1:], 0, available + 1, error)
-    safe = (flat & (count <= available)).reshape(shape)
-    return Continue(*_replaced(args, kwargs, func, "mask", safe))
+    return Continue(*as_call(func, named | {"mask": (flat & (count <= available)).reshape(shape)}))
 
 
 def _repeat_counts(func: Any, args: tuple, kwargs: dict) -> Continue:
     """``repeat_interleave(repeats, output_size=n)``: the repeats must add up to ``n``, which torch's
     CPU kernel checks and its CUDA kernel does not (a larger sum writes past the result). A sum
     over ``n`` gives the kernel no repeats at all; any other sum is reported at the next read."""
-    repeats, size = args[0], _argument(args, kwargs, func, "output_size")
+    named = bound_arguments(func, args, kwargs)
+    repeats, size = named["repeats"], named.get("output_size")
     if size is None or not isinstance(repeats, DeviceTensor) or repeats.numel() == 0:
         return Continue(args, kwargs)
     total = repeats.sum().reshape(1).to(torch.int64)
     error = lambda value, position: RuntimeError("allocated size does not match required size")  # noqa: E731
     checked(total, size, size + 1, error)
-    safe = torch.where(total <= size, repeats, torch.zeros_like(repeats))
-    return Continue(*_replaced(args, kwargs, func, "repeats", safe))
+    return Continue(*as_call(func, named | {"repeats": torch.where(total <= size, repeats, torch.zeros_like(repeats))}))
 
 
 def _group_offsets(func: Any, args: tuple, kwargs: dict) -> Continue:
@@ -273,7 +259,8 @@ def _group_offsets(func: Any, args: tuple, kwargs: dict) -> Continue:
     of two 2-d ones): they lie in ``[0, length]`` and do not decrease. torch's CUDA kernel reads the
     operands at them unchecked, its CPU one slices (so clamps) and checks nothing either; turbine
     reports the first bad entry at the next read, and the kernel gets offsets clamped into range."""
-    first, second, offs = args[0], args[1], _argument(args, kwargs, func, "offs")
+    named = bound_arguments(func, args, kwargs)
+    first, second, offs = named["self"], named["mat2"], named.get("offs")
     if not isinstance(offs, DeviceTensor) or offs.numel() == 0:
         return Continue(args, kwargs)
     if first.dim() == 2:
@@ -288,8 +275,7 @@ def _group_offsets(func: Any, args: tuple, kwargs: dict) -> Continue:
         steps = offs[1:].to(torch.int64) - offs[:-1].to(torch.int64)
         order = lambda value, position: RuntimeError(f"grouped_mm: offs must not decrease, but offs[{position + 1}] is {value} below offs[{position}]")  # noqa: E731
         checked(steps, 0, 2**62, lambda value, position: order(-value, position))
-    safe = torch.cummax(offs.clamp(0, length), 0).values
-    return Continue(*_replaced(args, kwargs, func, "offs", safe))
+    return Continue(*as_call(func, named | {"offs": torch.cummax(offs.clamp(0, length), 0).values}))
 
 
 def check_indexing(source: DeviceTensor, indices: list) -> list:

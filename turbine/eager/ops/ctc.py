@@ -20,7 +20,7 @@ import torch
 
 from turbine.eager.index_checks import checked
 from turbine.eager.registry import Continue, declare
-from turbine.eager.schema import bound_arguments
+from turbine.eager.schema import as_call, bound_arguments
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.views import to_host
 
@@ -86,7 +86,7 @@ def _checked_targets(func: Any, args: tuple, kwargs: dict) -> Continue:
         f"ctc_loss: targets[{position}] (counted flat) is {value}, outside [0, {classes}): a target is a class of log_probs"
     )
     bound["targets"] = checked(_used_targets(targets, list(bound["target_lengths"])), 0, classes, error)
-    return Continue((), bound)
+    return Continue(*as_call(func, bound))
 
 
 declare(

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from turbine.eager.registry import Continue, declare
-from turbine.eager.schema import bound_arguments
+from turbine.eager.schema import as_call, bound_arguments
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.views import meta_like
 
@@ -61,7 +61,7 @@ def _zero_biases(func: Any, args: tuple, kwargs: dict) -> Continue:
     if bound.get("input_bias") is None:
         zeros = bound["input_gates"].new_zeros(bound["input_gates"].shape[1])
         bound["input_bias"], bound["hidden_bias"] = zeros, zeros
-    return Continue((), bound)
+    return Continue(*as_call(func, bound))
 
 
 declare(aten._thnn_fused_lstm_cell.default, "torch's shape rule for it fails without biases: zero biases stand in", handler=_zero_biases)
