@@ -117,6 +117,19 @@ CASES = {
         -signal.SIGINT,
         "KeyboardInterrupt",
     ),
+    "Ctrl-C not caught, with an exit hook that runs Python source": (
+        # torch._dynamo's exit hook imports tabulate where it is installed, whose namedtuples are
+        # made by eval: that cleared CPython's note of the interrupt, and the status was 1
+        """
+        import atexit
+        atexit.register(lambda: eval("1"))
+        x = torch.ones(64, device=D)
+        (x + 1).cpu()
+        raise KeyboardInterrupt
+        """,
+        -signal.SIGINT,
+        "KeyboardInterrupt",
+    ),
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from turbine import interrupts  # first: its exit hook must run after torch._dynamo's (interrupts.py)
 from turbine.config import config, override
 from turbine.counters import reset_stats, stats
 from turbine.device import Device, available, open_device
@@ -43,7 +44,6 @@ from turbine.errors import (
     UnsupportedLayoutError,
     UnsupportedOpError,
 )
-from turbine import interrupts
 
 logging.getLogger("turbine").addHandler(logging.NullHandler())
 interrupts.install()

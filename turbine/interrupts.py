@@ -9,11 +9,20 @@ again: a short-lived thread sends the main thread SIGINT once the hook has retur
 hook itself, it arrived in the hook and was dropped again), which also wakes a main thread that
 waits in a blocking call, as the first Ctrl-C would have. Every other unraisable exception goes on
 to the hook that was there before.
+
+A process that ends with an uncaught KeyboardInterrupt ends by SIGINT (status 130 in a shell), as
+Python ends it, even where an exit hook runs Python source: CPython notes the uncaught interrupt in
+a flag that every ``exec`` or ``eval`` of a string clears, and torch._dynamo (which IREE's FX
+importer imports, so every turbine process has it) prints its compile times at exit through
+``tabulate``, whose import makes namedtuples with ``eval``: where tabulate was installed (the GPU
+machine), Ctrl-C ended the process with status 1. turbine's own exit hook, registered before
+dynamo's (so run after it), notes the interrupt again.
 """
 
 from __future__ import annotations
 
 import _thread
+import atexit
 import signal
 import sys
 import threading
@@ -51,3 +60,16 @@ def _in_turbine(source: Any) -> bool:
     """Whether the code an unraisable exception came from (a finalizer, usually) is turbine's."""
     module = getattr(source, "__module__", None) or getattr(type(source), "__module__", "")
     return module == "turbine" or module.startswith("turbine.")
+
+
+def _still_interrupted() -> None:
+    """After an uncaught KeyboardInterrupt, note it again in CPython's flag: a KeyboardInterrupt
+    raised out of an ``exec`` of a string is what sets it, so Python then ends itself by SIGINT."""
+    if isinstance(getattr(sys, "last_exc", None) or getattr(sys, "last_value", None), KeyboardInterrupt):
+        try:
+            exec("raise KeyboardInterrupt")
+        except KeyboardInterrupt:
+            pass
+
+
+atexit.register(_still_interrupted)  # at import, before turbine imports torch._dynamo: run after its exit hook
