@@ -242,3 +242,28 @@ def test_scatter_written_as_index_put_takes_a_0d_index():
     for tensor, index, src in [(torch.zeros(5), torch.tensor(2), torch.tensor([7.0, 8.0])), (torch.zeros(()), torch.tensor(0), torch.tensor(3.0))]:
         torch.testing.assert_close(scatter(tensor, 0, index, src), tensor.scatter(0, index, src))
         torch.testing.assert_close(scatter_value(tensor, 0, index, 2.5), tensor.scatter(0, index, 2.5))
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(kernel_size=2),
+        dict(kernel_size=3, stride=2, padding=1),
+        dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+        dict(kernel_size=2, stride=1, ceil_mode=True, divisor_override=3),
+    ],
+    ids=["plain", "padded", "ceil without pad counted", "divisor_override"],
+)
+def test_average_pooling_gradients(dims, options):
+    """avg_pool2d/3d_backward: torch has no decomposition and IREE 3.13 could not lower them, so
+    every CNN with average pooling sent its backward to the fallback (timm's nfnet, DenseNet)."""
+    pool = torch.nn.functional.avg_pool2d if dims == 2 else torch.nn.functional.avg_pool3d
+    backward = torch.ops.aten.avg_pool2d_backward.default if dims == 2 else torch.ops.aten.avg_pool3d_backward.default
+    torch.manual_seed(0)
+    x = torch.randn((2, 3) + (5,) * dims)
+    grad = torch.randn(pool(x, **options).shape)
+    size, stride = [options["kernel_size"]] * dims, [options.get("stride", options["kernel_size"])] * dims
+    arguments = (size, stride, [options.get("padding", 0)] * dims, options.get("ceil_mode", False),
+                 options.get("count_include_pad", True), options.get("divisor_override"))
+    check_on_iree(lambda g, t: backward(g, t, *arguments), grad, x)

@@ -1,10 +1,12 @@
-"""Max pooling with torch's indices, and adaptive max pooling for any input and output sizes."""
+"""Max pooling with torch's indices, adaptive max pooling for any input and output sizes, and average
+pooling's gradient."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
 
 from turbine.eager.decompositions._common import registers
 
@@ -87,3 +89,51 @@ def adaptive_max_pool(input: torch.Tensor, output_size: list[int]) -> tuple[torc
 @registers(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
 def adaptive_max_pool_nd(input: torch.Tensor, output_size: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     return adaptive_max_pool(input, list(output_size))
+
+
+def _window_counts(size: int, out: int, kernel: int, stride: int, pad: int, include_pad: bool) -> torch.Tensor:
+    """Per output position along one dim, how many places its window counts, as torch's kernels
+    do: within the padded input where padding counts, within the input where it does not."""
+    start = torch.arange(out) * stride - pad
+    stop = (start + kernel).clamp(max=size + pad)
+    if not include_pad:
+        start, stop = start.clamp(min=0), stop.clamp(max=size)
+    return stop - start
+
+
+def _avg_pool_backward(dims: int):
+    def avg_pool_backward(grad_output, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override=None):
+        """Average pooling's gradient (torch has no decomposition, and IREE 3.13 cannot lower it): each
+        output's gradient, divided by its window's count, spread over the window by a transposed
+        convolution with a kernel of ones, then cropped to the input (ceil_mode's last windows may
+        reach past it)."""
+        spatial = list(input.shape[-dims:])
+        expand = lambda value: [value] * dims if isinstance(value, int) else list(value) * (dims // len(value))  # noqa: E731
+        kernel, pad = expand(kernel_size), expand(padding)
+        step = expand(stride) if stride else kernel
+        outs = list(grad_output.shape[-dims:])
+        if divisor_override:
+            scaled = grad_output / divisor_override
+        else:
+            divisor = torch.ones(outs, dtype=torch.int64, device=grad_output.device)
+            for d in range(dims):
+                counts = _window_counts(spatial[d], outs[d], kernel[d], step[d], pad[d], count_include_pad)
+                divisor = divisor * counts.to(grad_output.device).reshape([-1] + [1] * (dims - 1 - d))
+            scaled = grad_output / divisor.to(grad_output.dtype)
+        flat = scaled.reshape([-1, 1] + outs)
+        ones = torch.ones([1, 1] + kernel, dtype=grad_output.dtype, device=grad_output.device)
+        spread = (F.conv_transpose2d if dims == 2 else F.conv_transpose3d)(flat, ones, stride=step)
+        for d in range(dims):  # from padded coordinates to the input's, zeros where no window reached
+            axis = 2 + d
+            reach = spread.shape[axis]
+            if reach < pad[d] + spatial[d]:
+                widths = [0, 0] * (dims - 1 - d) + [0, pad[d] + spatial[d] - reach]
+                spread = F.pad(spread, widths)
+            spread = spread.narrow(axis, pad[d], spatial[d])
+        return spread.reshape(input.shape)
+
+    return avg_pool_backward
+
+
+avg_pool2d_backward = registers(aten.avg_pool2d_backward.default)(_avg_pool_backward(2))
+avg_pool3d_backward = registers(aten.avg_pool3d_backward.default)(_avg_pool_backward(3))
