@@ -267,3 +267,18 @@ def test_average_pooling_gradients(dims, options):
     arguments = (size, stride, [options.get("padding", 0)] * dims, options.get("ceil_mode", False),
                  options.get("count_include_pad", True), options.get("divisor_override"))
     check_on_iree(lambda g, t: backward(g, t, *arguments), grad, x)
+
+
+@pytest.mark.parametrize(
+    "pad",
+    [(0, -1), (-1, 2), (2, -3, -1, 1), (-2, -2), (0, -5)],
+    ids=["crop the end", "crop and pad", "two dims", "crop both sides", "crop it all"],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_padding_with_negative_widths(pad, dtype):
+    """constant_pad_nd with a negative width crops: IREE 3.13's lowering sliced out of bounds, and
+    autograd gives every F.pad's backward negative widths (timm's EfficientViT, TinyViT, CoaT)."""
+    x = torch.arange(30).reshape(2, 3, 5).to(dtype)
+    check_on_iree(lambda t: torch.nn.functional.pad(t, pad, value=7), x)
+    x = torch.randn(2, 3, 5, requires_grad=True)
+    check_on_iree(lambda t: torch.autograd.grad(torch.nn.functional.pad(t, (1, 2, 0, 1)).square().sum(), t)[0], x.detach().requires_grad_())
