@@ -75,6 +75,26 @@ def test_saved_plans_replace_building_them(fresh_cache, stats, monkeypatch):
     assert [key[0][0] for key in hashed if not key[0][0].startswith(("turbine.", "generic family"))] == []
 
 
+def test_a_plan_made_with_an_older_lowering_of_its_op_is_built_again(fresh_cache, stats, monkeypatch):
+    """A saved kernel plan names its kernel by a signature that ends with the digest of turbine's
+    lowering of the op then: once the lowering changed (a new correction), the record named the
+    old kernel, and the op ran the old lowering (upsample_nearest2d_backward's wrong gradient)."""
+    from turbine.eager import registry
+
+    host = inputs()
+    check(host)
+    saved_plans.save(dispatch.plans())
+    forget_memory()
+    digest = registry.lowering_digest
+    changed = torch.ops.aten.max.dim  # the workload's op with a correction of turbine's
+    monkeypatch.setattr(registry, "lowering_digest", lambda op: "changed" if op is changed else digest(op))
+    turbine.reset_stats()
+    check(host)
+    counts = stats()
+    assert counts["kernels_compiled"] == 1  # max.dim's, under its new lowering; every other plan came from the file
+    assert counts["plans_from_disk"] == len(dispatch.plans()) - 1
+
+
 def test_another_target_reads_another_plan_file(fresh_cache, stats):
     host = inputs()
     check(host)

@@ -75,12 +75,24 @@ def _kernel_signature(func: Any, leaves: Leaves) -> tuple[tuple, list]:
     for slot, tensor in zip(_tensor_slots(leaves), leaves.tensors):
         key[slot] = tensor._key[:2]  # sizes and dtype: the kernel takes every input dense
     signature = _plain(tuple(key)) + (tuple(str(d) for d in scalar_dtypes),)
-    schema = schema_of(func)
     # turbine's own lowering, as it is now: never a kernel (or a failure) cached from another
-    digests = [registry.lowering_digest(op) for op in (func, schema.twin) if op is not None]
-    if any(digests):
-        signature += tuple(digest or "" for digest in digests)
-    return signature, scalar_dtypes
+    return signature + lowering_of(func), scalar_dtypes
+
+
+def lowering_of(func: Any) -> tuple[str, ...]:
+    """The digests of turbine's own lowerings of ``func`` and its Scalar twin that end its kernel
+    signatures (none where it has neither)."""
+    digests = [registry.lowering_digest(op) for op in (func, schema_of(func).twin) if op is not None]
+    return tuple(digest or "" for digest in digests) if any(digests) else ()
+
+
+def lowered_as_now(func: Any, signature: tuple) -> bool:
+    """Whether a kernel signature kept from earlier (a saved plan's) names ``func``'s lowering as
+    it is now: its trailing strings are the digests, after the tuple of scalar dtypes."""
+    end = len(signature)
+    while end and isinstance(signature[end - 1], str):
+        end -= 1
+    return signature[end:] == lowering_of(func)
 
 
 def stored_kernel_plan(func: Any, leaves: Leaves) -> KernelPlan | None:

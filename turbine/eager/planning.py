@@ -16,7 +16,7 @@ from turbine.counters import counters
 from turbine.eager import executors, registry
 from turbine.eager.kernel_plan import KernelPlan
 from turbine.eager.meta import meta_call
-from turbine.eager.op_trace import kernel_plan, stored_kernel_plan
+from turbine.eager.op_trace import kernel_plan, lowered_as_now, stored_kernel_plan
 from turbine.eager.plans import EmptyPlan, MutationPlan, SharePlan, ViewPlan, layouts_of, outputs
 from turbine.eager.schema import OpSchema
 from turbine.eager.signature import Leaves
@@ -32,6 +32,8 @@ def from_record(func: Any, schema: OpSchema, leaves: Leaves, record: tuple, run:
     kind = record[0]
     if kind == "kernel":
         _, signature, digest, scalar_dtypes, layouts, structure = record
+        if not lowered_as_now(func, signature):
+            return None  # turbine's lowering of the op changed since: built again, with a new kernel
         kernel = kernel_cache.stored(signature, leaves.device, digest)
         if kernel is None:
             return None
