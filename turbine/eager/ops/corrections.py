@@ -162,6 +162,11 @@ for _op in (_aten.max_unpool2d.default, _aten.max_unpool3d.default):
     declare(_op, "IREE's lowering dropped values (a width-1 input unpooled to width 3)", correction=_decomposed(_op))
 declare(_aten.logcumsumexp.default, "IREE's gave inf", correction=decompositions.logcumsumexp)
 declare(
+    _aten.upsample_nearest2d_backward.default,
+    "IREE's gradient of nearest upsampling by a scale that is not a whole number (1.6, 0.6) added into the wrong places",
+    correction=decompositions.resampling.upsample_nearest2d_backward,
+)
+declare(
     _aten.multilabel_margin_loss_forward.default,
     "IREE's (and torch's decomposition) counted the targets after a sample's first -1",
     correction=decompositions.margins.multilabel_margin_loss_forward,

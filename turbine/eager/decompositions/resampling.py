@@ -1,0 +1,166 @@
+"""The gradients of upsampling (nearest, linear, cubic) and of adaptive average pooling.
+
+torch has no decompositions for these backward ops and IREE 3.13 lowers none of them, so every
+model that resizes (a segmentation head's bilinear upsampling, a U-Net's nearest one, FPN) sent its
+backward to the fallback. Each forward is separable: along each spatial dim, every output place
+reads a few input places ("taps") with weights. Its gradient spreads each output's gradient back
+onto those places, one dim at a time, with an accumulating ``index_put``. The taps follow torch's CPU kernels
+(UpSample.h: ``area_pixel_compute_scale``, ``area_pixel_compute_source_index``, the nearest and
+cubic rules), computed in torch's opmath precision (float32 for float32 and lower, float64 for
+float64).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from turbine.eager.decompositions._common import registers
+
+aten = torch.ops.aten
+
+#: A dim's taps: (input index per output place, its weight) pairs.
+Taps = list[tuple[torch.Tensor, torch.Tensor]]
+
+_CUBIC_A = -0.75  # torch's cubic convolution coefficient
+
+
+def _opmath(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _scale(size: int, out: int, align_corners: bool, scale: float | None) -> float:
+    """torch's ``area_pixel_compute_scale``: input places per output place."""
+    if align_corners:
+        return (size - 1) / (out - 1) if out > 1 else 0.0
+    return 1.0 / scale if scale is not None and scale > 0 else size / out
+
+
+def _source(out: int, scale: float, align_corners: bool, cubic: bool, dtype: torch.dtype, device) -> torch.Tensor:
+    """torch's ``area_pixel_compute_source_index`` for every output place."""
+    place = torch.arange(out, dtype=dtype, device=device)
+    if align_corners:
+        return place * scale
+    source = (place + 0.5) * scale - 0.5
+    return source if cubic else source.clamp(min=0)
+
+
+def _linear(size: int, out: int, align_corners: bool, scale: float | None, dtype: torch.dtype, device) -> Taps:
+    source = _source(out, _scale(size, out, align_corners, scale), align_corners, False, dtype, device)
+    low = source.floor().to(torch.int64).clamp(max=size - 1)
+    fraction = source - low.to(dtype)
+    high = (low + 1).clamp(max=size - 1)
+    return [(low, 1 - fraction), (high, fraction)]
+
+
+def _cubic(size: int, out: int, align_corners: bool, scale: float | None, dtype: torch.dtype, device) -> Taps:
+    source = _source(out, _scale(size, out, align_corners, scale), align_corners, True, dtype, device)
+    low = source.floor()
+    t = source - low
+    a = _CUBIC_A
+    weights = [
+        ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+        ((a + 2) * t - (a + 3)) * t * t + 1,
+        ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+        ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a,
+    ]
+    low = low.to(torch.int64)
+    return [((low + k - 1).clamp(0, size - 1), weight) for k, weight in enumerate(weights)]
+
+
+def _nearest(exact: bool) -> Callable[..., Taps]:
+    def taps(size: int, out: int, align_corners: bool, scale: float | None, dtype: torch.dtype, device) -> Taps:
+        """torch's ``nearest_idx`` (``nearest_exact_idx``): the floor of the output place (its
+        centre) times the scale, kept inside the input."""
+        step = 1.0 / scale if scale is not None and scale > 0 else size / out
+        place = torch.arange(out, dtype=torch.float32, device=device) + (0.5 if exact else 0.0)
+        index = (place * step).floor().to(torch.int64).clamp(max=size - 1)
+        return [(index, torch.ones(out, dtype=dtype, device=device))]
+
+    return taps
+
+
+def _adaptive(size: int, out: int, align_corners: bool, scale: float | None, dtype: torch.dtype, device) -> Taps:
+    """Adaptive average pooling's windows, ``[floor(i*size/out), ceil((i+1)*size/out))``: each
+    window's places read at the widest window's length, the places past its end weighing 0."""
+    widest = max(-(-(i + 1) * size // out) - (i * size // out) for i in range(out))
+    place = torch.arange(out, device=device)
+    start = torch.div(place * size, out, rounding_mode="floor")
+    stop = torch.div((place + 1) * size + out - 1, out, rounding_mode="floor")
+    length = (stop - start).to(dtype)
+    taps = []
+    for k in range(widest):
+        inside = start + k < stop
+        taps.append(((start + k).clamp(max=size - 1), torch.where(inside, 1 / length, torch.zeros_like(length))))
+    return taps
+
+
+def _spread(grad: torch.Tensor, axis: int, size: int, taps: Taps) -> torch.Tensor:
+    """The gradient along ``axis`` moved from the output places onto the input places they read
+    (an accumulating ``index_put`` along the front dim: IREE lowers it where it does not lower
+    ``index_add``, which a correction's trace keeps as it is)."""
+    front = grad.movedim(axis, 0)
+    result = torch.zeros((size,) + tuple(front.shape[1:]), dtype=grad.dtype, device=grad.device)
+    view = [-1] + [1] * (grad.dim() - 1)
+    for index, weight in taps:
+        result = torch.index_put(result, (index,), front * weight.to(grad.dtype).reshape(view), accumulate=True)
+    return result.movedim(0, axis)
+
+
+def _resampling_backward(grad: torch.Tensor, input_size: list[int], taps: Callable[..., Taps], align_corners: bool, scales: list) -> torch.Tensor:
+    dims = len(scales)
+    spatial = list(input_size[-dims:])
+    dtype = _opmath(grad.dtype)
+    result = grad.to(dtype)
+    for d in range(dims):
+        axis = grad.dim() - dims + d
+        result = _spread(result, axis, spatial[d], taps(spatial[d], grad.shape[axis], align_corners, scales[d], dtype, grad.device))
+    return result.to(grad.dtype).reshape(input_size)
+
+
+def _scales(given: tuple, dims: int) -> list:
+    return list(given) + [None] * (dims - len(given))
+
+
+def _interpolating(taps: Callable[..., Taps], dims: int) -> Callable:
+    def backward(grad_output, output_size, input_size, align_corners, *scales):
+        """The gradient of linear and cubic upsampling: each output's gradient spread onto the
+        input places it interpolated, with their weights."""
+        return _resampling_backward(grad_output, list(input_size), taps, align_corners, _scales(scales, dims))
+
+    return backward
+
+
+def _picking(exact: bool, dims: int) -> Callable:
+    def backward(grad_output, output_size, input_size, *scales):
+        """The gradient of nearest upsampling: each output's gradient added onto the input place
+        it copied."""
+        return _resampling_backward(grad_output, list(input_size), _nearest(exact), False, _scales(scales, dims))
+
+    return backward
+
+
+def _adaptive_average(dims: int) -> Callable:
+    def backward(grad_output, input):
+        """The gradient of adaptive average pooling: each output's gradient shared out evenly
+        over its window."""
+        return _resampling_backward(grad_output, list(input.shape), _adaptive, False, [None] * dims)
+
+    return backward
+
+
+#: nearest2d's gradient, which IREE compiles but gets wrong: a correction (eager/ops/corrections.py).
+upsample_nearest2d_backward = _picking(False, 2)
+
+registers(aten.upsample_nearest1d_backward.default)(_picking(False, 1))
+registers(aten.upsample_nearest3d_backward.default)(_picking(False, 3))
+for _dims, _suffix in ((1, "1d"), (2, "2d"), (3, "3d")):
+    registers(getattr(aten, f"_upsample_nearest_exact{_suffix}_backward").default)(_picking(True, _dims))
+registers(aten.upsample_linear1d_backward.default)(_interpolating(_linear, 1))
+registers(aten.upsample_bilinear2d_backward.default)(_interpolating(_linear, 2))
+registers(aten.upsample_trilinear3d_backward.default)(_interpolating(_linear, 3))
+registers(aten.upsample_bicubic2d_backward.default)(_interpolating(_cubic, 2))
+registers(aten._adaptive_avg_pool2d_backward.default)(_adaptive_average(2))
+registers(aten._adaptive_avg_pool3d_backward.default)(_adaptive_average(3))
+
