@@ -109,6 +109,8 @@ def _spread(grad: torch.Tensor, axis: int, size: int, taps: Taps) -> torch.Tenso
 
 
 def _resampling_backward(grad: torch.Tensor, input_size: list[int], taps: Callable[..., Taps], align_corners: bool, scales: list) -> torch.Tensor:
+    """The input's gradient: ``grad`` spread back along each of the last ``len(scales)`` dims in
+    turn, in torch's opmath precision."""
     dims = len(scales)
     spatial = list(input_size[-dims:])
     dtype = _opmath(grad.dtype)
@@ -120,6 +122,7 @@ def _resampling_backward(grad: torch.Tensor, input_size: list[int], taps: Callab
 
 
 def _scales(given: tuple, dims: int) -> list:
+    """The op's scale per dim (None where the caller gave none)."""
     return list(given) + [None] * (dims - len(given))
 
 
