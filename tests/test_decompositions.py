@@ -320,3 +320,32 @@ def test_resizing_gradients(name):
     x = torch.randn((2, 3) + (5,) * (dims - 2))
     resize = lambda t: torch.nn.functional.interpolate(t, **options)  # noqa: E731
     check_on_iree(_gradient(resize), x, torch.randn(resize(x).shape))
+
+
+GRADIENTS = {
+    "replication pad 1d": (3, lambda t: torch.nn.functional.pad(t, (2, 3), mode="replicate")),
+    "replication pad 2d": (4, lambda t: torch.nn.functional.pad(t, (1, 2, 3, 0), mode="replicate")),
+    "replication pad 3d": (5, lambda t: torch.nn.functional.pad(t, (1, 1, 0, 2, 2, 1), mode="replicate")),
+    "adaptive max pool 2d": (4, lambda t: torch.nn.functional.adaptive_max_pool2d(t, (3, 2))),
+    "adaptive max pool 3d": (5, lambda t: torch.nn.functional.adaptive_max_pool3d(t, (2, 3, 2))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRADIENTS))
+def test_padding_and_max_pooling_gradients(name):
+    """Replication padding's gradient and adaptive max pooling's (at the forward's indices): IREE
+    3.13 lowers neither and torch has no decompositions, so they fell back (convolutions with
+    padding_mode="replicate", CNN heads that pool adaptively)."""
+    dims, fn = GRADIENTS[name]
+    torch.manual_seed(0)
+    x = torch.randn((2, 3) + (5,) * (dims - 2))
+    check_on_iree(_gradient(fn), x, torch.randn(fn(x).shape))
+
+
+def test_fractional_max_pooling_gradient():
+    """Its forward falls back (IREE cannot compile it); its gradient, at the indices, runs on IREE."""
+    torch.manual_seed(0)
+    x, samples = torch.randn(2, 3, 7, 7), torch.rand(2, 3, 2)
+    out, indices = torch.ops.aten.fractional_max_pool2d(x, [2, 2], [3, 3], samples)
+    grad = torch.randn(out.shape)
+    check_on_iree(lambda g, t, i: torch.ops.aten.fractional_max_pool2d_backward(g, t, [2, 2], [3, 3], i), grad, x, indices)

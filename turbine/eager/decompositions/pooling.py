@@ -1,5 +1,5 @@
-"""Max pooling with torch's indices, adaptive max pooling for any input and output sizes, and average
-pooling's gradient."""
+"""Max pooling with torch's indices, adaptive max pooling for any input and output sizes, and the
+gradients of average pooling and of max pooling at its indices."""
 
 from __future__ import annotations
 
@@ -137,3 +137,35 @@ def _avg_pool_backward(dims: int):
 
 avg_pool2d_backward = registers(aten.avg_pool2d_backward.default)(_avg_pool_backward(2))
 avg_pool3d_backward = registers(aten.avg_pool3d_backward.default)(_avg_pool_backward(3))
+
+
+def _at_indices(grad_output: torch.Tensor, input: torch.Tensor, indices: torch.Tensor, dims: int) -> torch.Tensor:
+    """Each output's gradient added at its index into its plane of the input (the gradient of any
+    max pooling that returns indices)."""
+    plane = math.prod(input.shape[-dims:])
+    planes = grad_output.numel() // max(math.prod(grad_output.shape[-dims:]), 1)
+    offsets = (torch.arange(planes, device=grad_output.device) * plane).reshape(-1, 1)
+    flat = (indices.reshape(planes, -1) + offsets).reshape(-1)
+    result = torch.zeros(planes * plane, dtype=grad_output.dtype, device=grad_output.device)
+    return torch.index_put(result, (flat,), grad_output.reshape(-1), accumulate=True).reshape(input.shape)
+
+
+def _adaptive_max_pool_backward(dims: int):
+    def backward(grad_output, input, indices):
+        """Adaptive max pooling's gradient, at the forward's indices (IREE 3.13 lowers none)."""
+        return _at_indices(grad_output, input, indices, dims)
+
+    return backward
+
+
+def _fractional_max_pool_backward(dims: int):
+    def backward(grad_output, input, kernel_size, output_size, indices):
+        """Fractional max pooling's gradient, at the forward's indices (IREE 3.13 lowers none)."""
+        return _at_indices(grad_output, input, indices, dims)
+
+    return backward
+
+
+for _dims in (2, 3):
+    registers(getattr(aten, f"adaptive_max_pool{_dims}d_backward").default)(_adaptive_max_pool_backward(_dims))
+    registers(getattr(aten, f"fractional_max_pool{_dims}d_backward").default)(_fractional_max_pool_backward(_dims))

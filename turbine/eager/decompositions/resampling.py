@@ -96,7 +96,7 @@ def _adaptive(size: int, out: int, align_corners: bool, scale: float | None, dty
     return taps
 
 
-def _spread(grad: torch.Tensor, axis: int, size: int, taps: Taps) -> torch.Tensor:
+def spread(grad: torch.Tensor, axis: int, size: int, taps: Taps) -> torch.Tensor:
     """The gradient along ``axis`` moved from the output places onto the input places they read
     (an accumulating ``index_put`` along the front dim: IREE lowers it where it does not lower
     ``index_add``, which a correction's trace keeps as it is)."""
@@ -117,7 +117,7 @@ def _resampling_backward(grad: torch.Tensor, input_size: list[int], taps: Callab
     result = grad.to(dtype)
     for d in range(dims):
         axis = grad.dim() - dims + d
-        result = _spread(result, axis, spatial[d], taps(spatial[d], grad.shape[axis], align_corners, scales[d], dtype, grad.device))
+        result = spread(result, axis, spatial[d], taps(spatial[d], grad.shape[axis], align_corners, scales[d], dtype, grad.device))
     return result.to(grad.dtype).reshape(input_size)
 
 
