@@ -196,6 +196,22 @@ def test_cdist_and_pdist(p):
     check_on_iree(lambda x: torch.nn.functional.pdist(x, p), a[0])
 
 
+@pytest.mark.parametrize("p", [0.0, 1.0, 1.5, 2.0, math.inf])
+def test_cdist_gradients(p):
+    """_cdist_backward (IREE 3.13 lowers it not, torch has no decomposition), for both sets, a zero
+    distance among them (its gradient is 0, as torch's)."""
+    torch.manual_seed(0)
+    a, b = torch.randn(2, 5, 3), torch.randn(2, 4, 3)
+    b[0, 1] = a[0, 2]
+    grad = torch.randn(2, 5, 4)
+
+    def gradients(x, y, g):
+        x, y = x.detach().requires_grad_(), y.detach().requires_grad_()
+        return torch.autograd.grad(torch.cdist(x, y, p), (x, y), g)
+
+    check_on_iree(gradients, a, b, grad)
+
+
 def test_cdist_takes_torchs_matrix_product_form_for_large_inputs():
     check_on_iree(torch.cdist, torch.randn(30, 3), torch.randn(27, 3))  # > 25 rows: the mm form
     check_on_iree(lambda x, y: torch.cdist(x, y, compute_mode="use_mm_for_euclid_dist"), torch.randn(4, 3), torch.randn(5, 3))

@@ -40,6 +40,28 @@ def cdist(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode: int | None
     return _norm_of_differences(x1.unsqueeze(-2) - x2.unsqueeze(-3), p)
 
 
+@registers(aten._cdist_backward.default)
+def cdist_backward(grad: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, p: float, distances: torch.Tensor) -> torch.Tensor:
+    """cdist's gradient for ``x1`` (autograd calls it again with the two swapped for ``x2``): the
+    derivative of each distance, ``sign(d) |d|^(p-1) / dist^(p-1)`` for the differences ``d``,
+    weighted by its gradient and summed over the other set; 0 where a distance is 0, as torch's."""
+    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    dist = distances.unsqueeze(-1)
+    zero = torch.zeros_like(diff)
+    if p == 0:
+        slope = zero
+    elif p == 1:
+        slope = torch.sign(diff)
+    elif p == math.inf:
+        slope = torch.where(diff.abs() == dist, torch.sign(diff), zero)
+    elif p == 2:
+        slope = diff / dist
+    else:
+        slope = torch.sign(diff) * torch.pow(diff.abs(), p - 1) / torch.pow(dist, p - 1)
+    slope = torch.where(dist == 0, zero, slope)
+    return (grad.unsqueeze(-1) * slope).sum(-2)
+
+
 @registers(aten._pdist_forward.default)
 def pdist(input: torch.Tensor, p: float = 2.0) -> torch.Tensor:
     """Distances between rows i < j of an [n, m] input, in row-major order of the pairs."""
