@@ -42,7 +42,7 @@ max_pool2d_with_indices = _max_pool_with_indices(2) if _torch_max_pool is not No
 max_pool3d_with_indices = _max_pool_with_indices(3) if _torch_max_pool is not None else None
 
 
-def _adaptive_windows(size: int, out: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+def adaptive_windows(size: int, out: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Per output position, the first input index of its window and the last one, and the
     widest window: torch's windows run from floor(i*size/out) to ceil((i+1)*size/out)."""
     position = torch.arange(out)
@@ -62,7 +62,7 @@ def adaptive_max_pool(input: torch.Tensor, output_size: list[int]) -> tuple[torc
     n = len(output_size)
     spatial = list(input.shape[-n:])
     batch = list(input.shape[:-n])
-    windows = [_adaptive_windows(size, out) for size, out in zip(spatial, output_size)]
+    windows = [adaptive_windows(size, out) for size, out in zip(spatial, output_size)]
     x = input
     for d, ((start, last, widest), out) in enumerate(zip(windows, output_size)):
         dim = len(batch) + 2 * d  # each earlier dim is now (out, widest)

@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 
 from turbine.eager.decompositions._common import registers
+from turbine.eager.decompositions.pooling import adaptive_windows
 
 aten = torch.ops.aten
 
@@ -73,7 +74,7 @@ def _nearest(exact: bool) -> Callable[..., Taps]:
     def taps(size: int, out: int, align_corners: bool, scale: float | None, dtype: torch.dtype, device) -> Taps:
         """torch's ``nearest_idx`` (``nearest_exact_idx``): the floor of the output place (its
         centre) times the scale, kept inside the input."""
-        step = 1.0 / scale if scale is not None and scale > 0 else size / out
+        step = _scale(size, out, False, scale)
         place = torch.arange(out, dtype=torch.float32, device=device) + (0.5 if exact else 0.0)
         index = (place * step).floor().to(torch.int64).clamp(max=size - 1)
         return [(index, torch.ones(out, dtype=dtype, device=device))]
@@ -82,18 +83,12 @@ def _nearest(exact: bool) -> Callable[..., Taps]:
 
 
 def _adaptive(size: int, out: int, align_corners: bool, scale: float | None, dtype: torch.dtype, device) -> Taps:
-    """Adaptive average pooling's windows, ``[floor(i*size/out), ceil((i+1)*size/out))``: each
+    """Adaptive average pooling's windows (pooling.adaptive_windows, adaptive max pooling's): each
     window's places read at the widest window's length, the places past its end weighing 0."""
-    widest = max(-(-(i + 1) * size // out) - (i * size // out) for i in range(out))
-    place = torch.arange(out, device=device)
-    start = torch.div(place * size, out, rounding_mode="floor")
-    stop = torch.div((place + 1) * size + out - 1, out, rounding_mode="floor")
-    length = (stop - start).to(dtype)
-    taps = []
-    for k in range(widest):
-        inside = start + k < stop
-        taps.append(((start + k).clamp(max=size - 1), torch.where(inside, 1 / length, torch.zeros_like(length))))
-    return taps
+    start, last, widest = adaptive_windows(size, out)
+    start, last = start.to(device), last.to(device)
+    length = (last + 1 - start).to(dtype)
+    return [((start + k).clamp(max=size - 1), torch.where(start + k <= last, 1 / length, torch.zeros_like(length))) for k in range(widest)]
 
 
 def spread(grad: torch.Tensor, axis: int, size: int, taps: Taps) -> torch.Tensor:
