@@ -344,14 +344,16 @@ GRADIENTS = {
     "replication pad 3d": (5, lambda t: torch.nn.functional.pad(t, (1, 1, 0, 2, 2, 1), mode="replicate")),
     "adaptive max pool 2d": (4, lambda t: torch.nn.functional.adaptive_max_pool2d(t, (3, 2))),
     "adaptive max pool 3d": (5, lambda t: torch.nn.functional.adaptive_max_pool3d(t, (2, 3, 2))),
+    "max pool 3d": (5, lambda t: torch.nn.functional.max_pool3d(t, 3, stride=2, padding=1)),
+    "max pool 3d dilated": (5, lambda t: torch.nn.functional.max_pool3d(t, 2, dilation=2, ceil_mode=True)),
 }
 
 
 @pytest.mark.parametrize("name", sorted(GRADIENTS))
 def test_padding_and_max_pooling_gradients(name):
-    """Replication padding's gradient and adaptive max pooling's (at the forward's indices): IREE
-    3.13 lowers neither and torch has no decompositions, so they fell back (convolutions with
-    padding_mode="replicate", CNN heads that pool adaptively)."""
+    """Replication padding's gradient and max pooling's (at the forward's indices): IREE 3.13
+    lowers neither adaptive max pooling's nor max_pool3d's and torch has no decompositions, so they
+    fell back (convolutions with padding_mode="replicate", CNN heads that pool adaptively, 3D CNNs)."""
     dims, fn = GRADIENTS[name]
     torch.manual_seed(0)
     x = torch.randn((2, 3) + (5,) * (dims - 2))

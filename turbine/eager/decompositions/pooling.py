@@ -12,25 +12,22 @@ from turbine.eager.decompositions._common import registers
 
 aten = torch.ops.aten
 
-#: torch's decomposition of max pooling with indices (a private function of torch 2.13's).
-_torch_max_pool = getattr(torch._decomp.decompositions, "_max_pool_nd_with_indices", None)
-
-
-def _max_pool_with_indices(dims: int):
+def _max_pool_with_indices(op: torch._ops.OpOverload, dims: int):
     def max_pool(input: torch.Tensor, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
         """Max pooling with torch's indices (a correction, eager/ops/corrections.py): IREE's
-        lowering, as torch's decomposition, pads with -inf, so a window of -inf that overlapped
-        the padding picked a padded place, an index outside the input (torch's kernels pick the
-        window's first element inside), and a window of NaNs gave -1. This is torch's
-        decomposition on an input whose -inf are raised to the lowest float and whose NaNs to
-        +inf; the values are read from the input at the indices. A window with several NaNs
-        points at its first (torch's kernels, at its last): either is inside the input, and
-        holds NaN."""
+        lowering pads with -inf, so a window of -inf that overlapped the padding picked a padded
+        place, an index outside the input (torch's kernels pick the window's first element
+        inside), and a window of NaNs gave -1. This is IREE's own pooling of an input whose -inf
+        are raised to the lowest float and whose NaNs to +inf, so that no input ties with the
+        padding and a NaN wins its window; the values are read from the input at the indices. A
+        window with several NaNs points at one of them (torch's kernels, at the last): either is
+        inside the input, and holds NaN. (torch 2.13's own decomposition would do too, but torch
+        2.11, the GPU machine's, has none.)"""
         lifted = input
         if input.dtype.is_floating_point:
             lifted = torch.where(input == -math.inf, torch.finfo(input.dtype).min, input)
             lifted = torch.where(torch.isnan(input), math.inf, lifted)
-        _, indices = _torch_max_pool(lifted, kernel_size, stride, padding, dilation, ceil_mode, dims)
+        _, indices = op(lifted, kernel_size, stride, padding, dilation, ceil_mode)
         planes = input.flatten(-dims)
         values = torch.gather(planes, -1, indices.flatten(-dims)).reshape(indices.shape)
         return values, indices
@@ -38,8 +35,8 @@ def _max_pool_with_indices(dims: int):
     return max_pool
 
 
-max_pool2d_with_indices = _max_pool_with_indices(2) if _torch_max_pool is not None else None
-max_pool3d_with_indices = _max_pool_with_indices(3) if _torch_max_pool is not None else None
+max_pool2d_with_indices = _max_pool_with_indices(aten.max_pool2d_with_indices.default, 2)
+max_pool3d_with_indices = _max_pool_with_indices(aten.max_pool3d_with_indices.default, 3)
 
 
 def adaptive_windows(size: int, out: int) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -166,6 +163,16 @@ def _fractional_max_pool_backward(dims: int):
     return backward
 
 
+def _max_pool_backward(dims: int):
+    def backward(grad_output, input, kernel_size, stride, padding, dilation, ceil_mode, indices):
+        """Max pooling's gradient, at the forward's indices (IREE 3.13 does not compile
+        max_pool3d's, nor max_pool2d's for some windows)."""
+        return _at_indices(grad_output, input, indices, dims)
+
+    return backward
+
+
 for _dims in (2, 3):
+    registers(getattr(aten, f"max_pool{_dims}d_with_indices_backward").default)(_max_pool_backward(_dims))
     registers(getattr(aten, f"adaptive_max_pool{_dims}d_backward").default)(_adaptive_max_pool_backward(_dims))
     registers(getattr(aten, f"fractional_max_pool{_dims}d_backward").default)(_fractional_max_pool_backward(_dims))

@@ -146,13 +146,11 @@ for _op in (_aten.argmax.default, _aten.argmin.default):
     declare(_op, "IREE's skipped NaNs; torch's point at the first NaN", correction=_nan_first(_op))
 declare(_aten.max.dim, "IREE's index of a slice with a NaN pointed past it", correction=decompositions.order.max_dim)
 declare(_aten.min.dim, "IREE's index of a slice with a NaN pointed past it", correction=decompositions.order.min_dim)
-_POOLS_WITH_INDICES = {
-    _aten.max_pool2d_with_indices.default: decompositions.pooling.max_pool2d_with_indices,
-    _aten.max_pool3d_with_indices.default: decompositions.pooling.max_pool3d_with_indices,
-}
-for _op, _correction in _POOLS_WITH_INDICES.items():
-    if _correction is not None:  # None where torch has not got the decomposition it is built on
-        declare(_op, "IREE's indices of a window of -inf at the padding, or of NaNs, pointed outside the input", correction=_correction)
+for _op, _correction in (
+    (_aten.max_pool2d_with_indices.default, decompositions.pooling.max_pool2d_with_indices),
+    (_aten.max_pool3d_with_indices.default, decompositions.pooling.max_pool3d_with_indices),
+):
+    declare(_op, "IREE's indices of a window of -inf at the padding, or of NaNs, pointed outside the input", correction=_correction)
 declare(
     [_aten.adaptive_max_pool2d.default, _aten.adaptive_max_pool3d.default],
     "IREE's own adaptive max pooling stops at run time unless the sizes divide evenly",
