@@ -311,8 +311,68 @@ def _backward_sample(
     device_outputs, device_inputs = _differentiable(moved, _call(function, moved))
     actual = torch.autograd.grad(device_outputs, device_inputs, [u.to(device) for u in upstream], allow_unused=True)
     executors = _executors_since(before)
-    _compare(list(actual), list(expected), _tolerance(op, dtype, device), exact, "gradient")
+    tolerance = _tolerance(op, dtype, device)
+    try:
+        _compare(list(actual), list(expected), tolerance, exact, "gradient")
+    except AssertionError:
+        if not exact or not (
+            _as_accurate_as_torch(list(actual), list(expected), function, sample, dtype, upstream, tolerance)
+            or _as_torch_cuda_gradients(list(actual), function, sample, device, upstream, tolerance)
+        ):
+            raise
     return executors
+
+
+def _as_accurate_as_torch(
+    actual: list, expected: list, function: Callable, sample: SampleInput, dtype: torch.dtype, upstream: list, tolerance: dict
+) -> bool:
+    """Whether float32 gradients that missed torch's CPU ones are as close to torch's float64
+    gradients as torch's float32 ones are, within the tolerance: where float32 cannot hold the
+    answer (erfcx's gradient cancels to a few digits), torch's own gradient misses the truth too,
+    and a turbine gradient nearer the truth is no failure."""
+    if dtype != torch.float32:
+        return False
+    wide = sample.transform(
+        lambda t: t.detach().double().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) and t.dtype == dtype else t
+    )
+    truth = _gradients(function, wide, [u.double() for u in upstream])
+    atol, rtol = tolerance.get("atol", 1e-5), tolerance.get("rtol", 1.3e-6)
+    for got, want, true in zip(actual, expected, truth):
+        if got is None or want is None or true is None:
+            if not (got is None and want is None):
+                return False
+            continue
+        got, want = got.cpu().double(), want.detach().double()
+        allowed = (want - true).abs() + atol + rtol * true.abs()
+        close = ((got - true).abs() <= allowed) | (got.isnan() & true.isnan()) | (got == true)
+        if not bool(close.all()):
+            return False
+    return True
+
+
+def _as_torch_cuda_gradients(
+    actual: list, function: Callable, sample: SampleInput, device: str, upstream: list, tolerance: dict
+) -> bool:
+    """On a turbine GPU device, whether gradients that missed torch's CPU ones match torch
+    CUDA's own, as for results (_as_torch_on_the_gpu): its fused attention's and cuDNN's
+    gradients, and its sums' order."""
+    opened = open_device(device)
+    if opened.kind != "cuda" or not torch.cuda.is_available():
+        return False
+    try:
+        moved = _to_device(sample, f"cuda:{opened.spec.ordinal}")
+        reference = [None if g is None else g.cpu() for g in _gradients(function, moved, upstream)]
+        _compare(actual, reference, tolerance, True, "gradient")
+    except Exception:
+        return False
+    return True
+
+
+def _gradients(function: Callable, sample: SampleInput, upstream: list) -> tuple:
+    """The sample's input gradients for the upstream gradients, on the sample's device."""
+    torch.manual_seed(0)
+    outputs, inputs = _differentiable(sample, _call(function, sample))
+    return torch.autograd.grad(outputs, inputs, [u.to(o.device, o.dtype) for u, o in zip(upstream, outputs)], allow_unused=True)
 
 
 def _differentiable(sample: SampleInput, output: Any) -> tuple[list, list]:

@@ -95,6 +95,48 @@ def test_on_a_gpu_a_result_that_matches_torch_cudas_passes(monkeypatch):
     assert result.status == "fail" and "not close" in result.detail
 
 
+def test_a_gradient_as_close_to_float64_as_torchs_float32_one_passes(monkeypatch):
+    """Where torch's float32 CPU gradient misses the float64 one (erfcx's cancels), turbine's
+    gradient passes when it is no further from the float64 gradient than torch's is; a gradient
+    further off still fails."""
+    op = ENTRIES["sin"]
+
+    def imprecise_in_float32(x, *args, **kwargs):
+        scale = 1 + 1e-3 if x.device.type == "cpu" and x.dtype == torch.float32 else 1.0
+        return torch.sin(x * scale, *args, **kwargs)
+
+    monkeypatch.setattr(opinfo_runner, "_variant", lambda op, variant: imprecise_in_float32)
+    result = opinfo_runner.run_case(op, "function", "float32", "backward", DEVICE, 2)
+    assert result.status == "pass", result.detail
+
+    def worse_on_turbine(x, *args, **kwargs):
+        scale = {"cpu": 1 + 1e-3 if x.dtype == torch.float32 else 1.0, "turbine": 1 + 3e-3}.get(x.device.type, 1.0)
+        return torch.sin(x * scale, *args, **kwargs)
+
+    monkeypatch.setattr(opinfo_runner, "_variant", lambda op, variant: worse_on_turbine)
+    result = opinfo_runner.run_case(op, "function", "float32", "backward", DEVICE, 2)
+    assert result.status == "fail" and "not close" in result.detail
+
+
+@pytest.mark.skipif(not (DEVICE.startswith("turbine:cuda") and torch.cuda.is_available()), reason="needs a turbine GPU device and torch CUDA")
+def test_on_a_gpu_a_gradient_that_matches_torch_cudas_passes(monkeypatch):
+    op = ENTRIES["sin"]
+
+    def as_on_a_gpu(x, *args, **kwargs):
+        return torch.sin(x * (1 + 1e-3 if x.device.type in ("turbine", "cuda") else 1.0), *args, **kwargs)
+
+    monkeypatch.setattr(opinfo_runner, "_variant", lambda op, variant: as_on_a_gpu)
+    result = opinfo_runner.run_case(op, "function", "float32", "backward", DEVICE, 2)
+    assert result.status == "pass", result.detail
+
+    def only_on_turbine(x, *args, **kwargs):
+        return torch.sin(x * (1 + 1e-3 if x.device.type == "turbine" else 1.0), *args, **kwargs)
+
+    monkeypatch.setattr(opinfo_runner, "_variant", lambda op, variant: only_on_turbine)
+    result = opinfo_runner.run_case(op, "function", "float32", "backward", DEVICE, 2)
+    assert result.status == "fail" and "not close" in result.detail
+
+
 def test_a_result_left_on_the_cpu_fails_its_case(monkeypatch):
     op = ENTRIES["sin"]
     monkeypatch.setattr(opinfo_runner, "_variant", lambda op, variant: lambda x: torch.sin(x).cpu())
