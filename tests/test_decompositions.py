@@ -73,9 +73,28 @@ def test_ops_from_torchs_wider_decomposition_table(fn):
     check_on_iree(fn, torch.randn(2, 3, 8, 8))
 
 
-def test_grid_sample():
-    grid = torch.rand(2, 5, 4, 2) * 2.2 - 1.1
-    check_on_iree(lambda t, g: torch.nn.functional.grid_sample(t, g, align_corners=False), torch.randn(2, 3, 6, 7), grid)
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_grid_sample_and_its_gradients(mode, padding_mode):
+    """The forward is torch's decomposition (reflection padding needed fmod by a number); the
+    gradient, which torch has no decomposition of and IREE cannot lower, is the vjp of that
+    decomposition (eager/decompositions/vjp.py): spatial transformers and flow warps fell back."""
+    torch.manual_seed(0)
+    grid = torch.rand(2, 5, 4, 2) * 2.4 - 1.2  # some samples outside [-1, 1]: the padding counts
+    x = torch.randn(2, 3, 6, 7)
+
+    def sampled_and_gradients(t, g, up):
+        t, g = t.detach().requires_grad_(), g.detach().requires_grad_()
+        out = torch.nn.functional.grid_sample(t, g, mode=mode, padding_mode=padding_mode, align_corners=padding_mode == "border")
+        return (out, *torch.autograd.grad(out, (t, g), up))
+
+    check_on_iree(sampled_and_gradients, x, grid, torch.randn(2, 3, 5, 4), atol=1e-4, rtol=1e-4)
+
+
+def test_rrelu_gradient_in_evaluation():
+    """rrelu_with_noise_backward (evaluation: the mean slope) is torch's decomposition; IREE
+    cannot lower it, so it fell back."""
+    check_on_iree(_gradient(lambda t: torch.nn.functional.rrelu(t, 0.1, 0.3)), torch.randn(5, 6), torch.randn(5, 6))
 
 
 def _special_inputs(low, high, n=600):

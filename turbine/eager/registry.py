@@ -215,7 +215,7 @@ MORE_FROM_TORCH = (
     "max_pool2d_with_indices", "max_pool3d_with_indices",
     "max_pool2d_with_indices_backward", "grid_sampler_2d", "upsample_bicubic2d", "upsample_bilinear2d",
     "upsample_trilinear3d", "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
-    "addmv", "dist", "_euclidean_dist", "as_strided_copy", "narrow_copy", "permute_copy", "unbind_copy", "view_copy",
+    "addmv", "dist", "_euclidean_dist", "rrelu_with_noise_backward", "as_strided_copy", "narrow_copy", "permute_copy", "unbind_copy", "view_copy",
 )
 
 

@@ -1,5 +1,5 @@
-"""Sign, magnitude and neighbouring floats: signbit, copysign, hypot, fmax/fmin, nextafter,
-frexp, angle, log10."""
+"""Sign, magnitude and neighbouring floats: signbit, copysign, fmod by a number, hypot, fmax/fmin,
+nextafter, frexp, angle, log10."""
 
 from __future__ import annotations
 
@@ -41,6 +41,14 @@ def copysign(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
 def copysign_scalar(x: torch.Tensor, other: float) -> torch.Tensor:
     magnitude = floating(x).abs()
     return -magnitude if math.copysign(1.0, other) < 0 else magnitude
+
+
+@registers(aten.fmod.Scalar)
+def fmod_scalar(x: torch.Tensor, other: float) -> torch.Tensor:
+    """fmod by a number, as fmod by a 0-d tensor: IREE 3.13 lowers only the tensor form, and
+    torch's decompositions emit this one (grid_sample's reflection padding)."""
+    dtype = torch.result_type(x, other)
+    return aten.fmod.Tensor(x.to(dtype), aten.scalar_tensor.default(other, dtype=dtype))
 
 
 @registers(aten.hypot.default)
