@@ -159,6 +159,24 @@ def test_max_pooling_indices_stay_in_the_input_at_the_padding_and_on_nans(dims):
     assert leaf.grad.cpu().sum() == values.numel()  # every window's gradient landed inside
 
 
+@pytest.mark.parametrize(
+    "shape, size",
+    [((2, 3, 4), (5,)), ((2, 3, 7, 9), (3, 4)), ((2, 3, 6, 5), (7, 8)), ((1, 2, 5, 6, 7), (3, 4, 2)), ((2, 3, 8, 8), (1, 1))],
+)
+def test_adaptive_average_pooling_with_overlapping_windows(shape, size):
+    """Windows that overlap (area interpolation 4 -> 5 failed the GPU coverage run) are summed
+    with weights; sizes that divide evenly keep IREE's own pooling. Gradients too."""
+    pool = getattr(torch.nn.functional, f"adaptive_avg_pool{len(size)}d")
+
+    def pooled_and_gradient(t, up):
+        t = t.detach().requires_grad_()
+        out = pool(t, size)
+        return out, torch.autograd.grad(out, t, up)[0]
+
+    x = torch.randn(shape)
+    check(pooled_and_gradient, x, torch.randn(pool(x, size).shape))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
 def test_sort_orders_nans_last_and_signed_zeros_as_equal(dtype):
     x = _with_nans(4, 5, 6) if dtype.is_floating_point else torch.randint(0, 4, (4, 5, 6))

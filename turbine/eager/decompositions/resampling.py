@@ -1,4 +1,4 @@
-"""The gradients of upsampling (nearest, linear, cubic) and of adaptive average pooling.
+"""The gradients of upsampling (nearest, linear, cubic); adaptive average pooling and its gradient.
 
 torch has no decompositions for these backward ops and IREE 3.13 lowers none of them, so every
 model that resizes (a segmentation head's bilinear upsampling, a U-Net's nearest one, FPN) sent its
@@ -101,6 +101,39 @@ def spread(grad: torch.Tensor, axis: int, size: int, taps: Taps) -> torch.Tensor
     for index, weight in taps:
         result = torch.index_put(result, (index,), front * weight.to(grad.dtype).reshape(view), accumulate=True)
     return result.movedim(0, axis)
+
+
+def gather(x: torch.Tensor, axis: int, taps: Taps) -> torch.Tensor:
+    """The output places along ``axis``, each the weighted sum of the input places it reads (the
+    forward of ``spread``)."""
+    front = x.movedim(axis, 0)
+    view = [-1] + [1] * (x.dim() - 1)
+    result = sum(front.index_select(0, index) * weight.to(x.dtype).reshape(view) for index, weight in taps)
+    return result.movedim(0, axis)
+
+
+def _adaptive_average_forward(op: torch._ops.OpOverload, dims: int) -> Callable:
+    def forward(input: torch.Tensor, output_size: list[int]) -> torch.Tensor:
+        """Adaptive average pooling (a correction, eager/ops/corrections.py): IREE's own where
+        the sizes divide evenly (a plain average pooling); otherwise each output the weighted
+        sum of its window's places, one dim at a time. With windows that overlap, area
+        interpolation from 4 places to 5 failed the GPU coverage run (not the CPU's), and IREE's
+        adaptive max pooling stops at run time for such sizes."""
+        spatial = list(input.shape[-dims:])
+        if all(size % out == 0 for size, out in zip(spatial, output_size)):
+            return op(input, output_size)
+        dtype = _opmath(input.dtype)
+        result = input.to(dtype)
+        for d in range(dims):
+            axis = input.dim() - dims + d
+            result = gather(result, axis, _adaptive(spatial[d], output_size[d], False, None, dtype, input.device))
+        return result.to(input.dtype)
+
+    return forward
+
+
+adaptive_avg_pool2d = _adaptive_average_forward(aten._adaptive_avg_pool2d.default, 2)
+adaptive_avg_pool3d = _adaptive_average_forward(aten._adaptive_avg_pool3d.default, 3)
 
 
 def _resampling_backward(grad: torch.Tensor, input_size: list[int], taps: Callable[..., Taps], align_corners: bool, scales: list) -> torch.Tensor:
