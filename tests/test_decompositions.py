@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import turbine
-from checks import D
+from checks import D, check
 
 
 # IREE's CPU code flushes subnormal floats to zero, so the special values stay normal.
@@ -89,6 +89,23 @@ def test_grid_sample_and_its_gradients(mode, padding_mode):
         return (out, *torch.autograd.grad(out, (t, g), up))
 
     check_on_iree(sampled_and_gradients, x, grid, torch.randn(2, 3, 5, 4), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_grid_sample_3d_and_its_gradients(mode, padding_mode):
+    """torch has no decomposition of grid_sampler_3d: turbine's (decompositions/sampling.py),
+    and its gradient as the vjp of it; both fell back."""
+    torch.manual_seed(0)
+    grid = torch.rand(2, 3, 4, 5, 3) * 2.4 - 1.2
+    x = torch.randn(2, 3, 4, 5, 6)
+
+    def sampled_and_gradients(t, g, up):
+        t, g = t.detach().requires_grad_(), g.detach().requires_grad_()
+        out = torch.nn.functional.grid_sample(t, g, mode=mode, padding_mode=padding_mode, align_corners=padding_mode != "border")
+        return (out, *torch.autograd.grad(out, (t, g), up))
+
+    check_on_iree(sampled_and_gradients, x, grid, torch.randn(2, 3, 3, 4, 5), atol=1e-4, rtol=1e-4)
 
 
 def test_rrelu_gradient_in_evaluation():
@@ -355,6 +372,34 @@ def test_resizing_gradients(name):
     x = torch.randn((2, 3) + (5,) * (dims - 2))
     resize = lambda t: torch.nn.functional.interpolate(t, **options)  # noqa: E731
     check_on_iree(_gradient(resize), x, torch.randn(resize(x).shape))
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize(
+    "options",
+    [dict(size=(7, 9)), dict(size=(20, 5)), dict(scale_factor=0.3), dict(size=(4, 4), align_corners=True)],
+    ids=["shrink", "grow and shrink", "by 0.3", "aligned"],
+)
+def test_antialiased_resizing_and_its_gradient(mode, options):
+    """antialias=True (torchvision's Resize on tensors): torch has no decompositions and IREE
+    3.13 lowers neither the resize nor its gradient, so both fell back."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 16, 13)
+
+    def resized_and_gradient(t, up):
+        t = t.detach().requires_grad_()
+        out = torch.nn.functional.interpolate(t, mode=mode, antialias=True, **options)
+        return out, torch.autograd.grad(out, t, up)[0]
+
+    up = torch.randn(torch.nn.functional.interpolate(x, mode=mode, antialias=True, **options).shape)
+    check_on_iree(resized_and_gradient, x, up)
+
+
+@pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
+def test_antialiased_resizing_of_integer_images_is_torchs():
+    """torch resizes uint8 images in fixed point, which rounds otherwise: its kernel runs them."""
+    image = torch.randint(0, 256, (1, 3, 16, 13), dtype=torch.uint8)
+    check(lambda t: torch.nn.functional.interpolate(t, size=(7, 9), mode="bilinear", antialias=True), image, executor="fallback")
 
 
 GRADIENTS = {

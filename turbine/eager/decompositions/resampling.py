@@ -12,6 +12,7 @@ float64).
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -91,6 +92,41 @@ def _adaptive(size: int, out: int, align_corners: bool, scale: float | None, dty
     return [((start + k).clamp(max=size - 1), torch.where(start + k <= last, 1 / length, torch.zeros_like(length))) for k in range(widest)]
 
 
+def _triangle(x: torch.Tensor) -> torch.Tensor:
+    """The antialiasing filter of bilinear resizing."""
+    return (1 - x.abs()).clamp(min=0)
+
+
+def _keys_cubic(x: torch.Tensor) -> torch.Tensor:
+    """The antialiasing filter of bicubic resizing: Keys' cubic with a = -0.5 (PIL's, and torch's
+    for antialias=True; the plain bicubic mode's is -0.75)."""
+    a, x = -0.5, x.abs()
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return torch.where(x < 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
+
+
+def _antialiased(filter: Callable[[torch.Tensor], torch.Tensor], interp_size: int) -> Callable[..., Taps]:
+    def taps(size: int, out: int, align_corners: bool, scale: float | None, dtype: torch.dtype, device) -> Taps:
+        """torch's antialiased taps (``_compute_indices_min_size_weights_aa``): when shrinking,
+        the filter is stretched by the scale, so each output place averages every input place
+        under it; the weights of each place are normalised to sum to 1."""
+        step = _scale(size, out, align_corners, scale)
+        support = interp_size * 0.5 * step if step >= 1.0 else interp_size * 0.5
+        widest = math.ceil(support) * 2 + 1
+        stretch = 1.0 / step if step >= 1.0 else 1.0
+        centre = (torch.arange(out, dtype=torch.float64, device=device) + 0.5) * step
+        first = (centre - support + 0.5).to(torch.int64).clamp(min=0)  # C's truncation, as torch's
+        count = ((centre + support + 0.5).to(torch.int64).clamp(max=size) - first).clamp(0, widest)
+        places = [first + k for k in range(widest)]
+        weights = [torch.where(k < count, filter((place - centre + 0.5) * stretch), 0.0) for k, place in enumerate(places)]
+        total = sum(weights)
+        total = torch.where(total == 0, 1.0, total)
+        return [(place.clamp(max=size - 1), (weight / total).to(dtype)) for place, weight in zip(places, weights)]
+
+    return taps
+
+
 def spread(grad: torch.Tensor, axis: int, size: int, taps: Taps) -> torch.Tensor:
     """The gradient along ``axis`` moved from the output places onto the input places they read
     (an accumulating ``index_put`` along the front dim: IREE lowers it where it does not lower
@@ -134,6 +170,18 @@ def _adaptive_average_forward(op: torch._ops.OpOverload, dims: int) -> Callable:
 
 adaptive_avg_pool2d = _adaptive_average_forward(aten._adaptive_avg_pool2d.default, 2)
 adaptive_avg_pool3d = _adaptive_average_forward(aten._adaptive_avg_pool3d.default, 3)
+
+
+def _resampled(input: torch.Tensor, output_size: list[int], taps: Callable[..., Taps], align_corners: bool, scales: list) -> torch.Tensor:
+    """``input`` resampled along its last ``len(output_size)`` dims, the last first (as torch's
+    separable kernels go), in torch's opmath precision."""
+    dims = len(output_size)
+    dtype = _opmath(input.dtype)
+    result = input.to(dtype)
+    for d in reversed(range(dims)):
+        axis = input.dim() - dims + d
+        result = gather(result, axis, taps(input.shape[axis], output_size[d], align_corners, scales[d], dtype, input.device))
+    return result.to(input.dtype)
 
 
 def _resampling_backward(grad: torch.Tensor, input_size: list[int], taps: Callable[..., Taps], align_corners: bool, scales: list) -> torch.Tensor:
@@ -181,6 +229,28 @@ def _adaptive_average(dims: int) -> Callable:
     return backward
 
 
+def _antialiased_resize(taps: Callable[..., Taps]) -> Callable:
+    def forward(input, output_size, align_corners, scales_h=None, scales_w=None):
+        """Antialiased resizing (torchvision's Resize on tensors, antialias=True by default):
+        each output place the weighted sum of the input places under its stretched filter.
+        Integer images are left to torch's kernel, whose fixed-point arithmetic rounds
+        differently."""
+        if not input.dtype.is_floating_point:
+            raise NotImplementedError("torch resizes integer images in fixed point: its kernel runs them")
+        return _resampled(input, list(output_size), taps, align_corners, [scales_h, scales_w])
+
+    return forward
+
+
+def _antialiased_gradient(taps: Callable[..., Taps]) -> Callable:
+    def backward(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+        """The gradient of antialiased resizing: each output's gradient spread onto the input
+        places under its filter, with their weights."""
+        return _resampling_backward(grad_output, list(input_size), taps, align_corners, [scales_h, scales_w])
+
+    return backward
+
+
 #: nearest2d's gradient, which IREE compiles but gets wrong: a correction (eager/ops/corrections.py).
 upsample_nearest2d_backward = _picking(False, 2)
 
@@ -192,6 +262,9 @@ registers(aten.upsample_linear1d_backward.default)(_interpolating(_linear, 1))
 registers(aten.upsample_bilinear2d_backward.default)(_interpolating(_linear, 2))
 registers(aten.upsample_trilinear3d_backward.default)(_interpolating(_linear, 3))
 registers(aten.upsample_bicubic2d_backward.default)(_interpolating(_cubic, 2))
+for _name, _taps in (("bilinear", _antialiased(_triangle, 2)), ("bicubic", _antialiased(_keys_cubic, 4))):
+    registers(getattr(aten, f"_upsample_{_name}2d_aa").default)(_antialiased_resize(_taps))
+    registers(getattr(aten, f"_upsample_{_name}2d_aa_backward").default)(_antialiased_gradient(_taps))
 registers(aten._adaptive_avg_pool2d_backward.default)(_adaptive_average(2))
 registers(aten._adaptive_avg_pool3d_backward.default)(_adaptive_average(3))
 

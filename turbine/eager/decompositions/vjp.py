@@ -1,4 +1,4 @@
-"""Gradients traced from a forward's decomposition with ``torch.func.vjp``.
+"""Gradients traced from a forward's decomposition with ``torch.func.vjp``; 3-D grid sampling.
 
 Where torch has a decomposition of an op's forward but none of its backward, and IREE lowers the
 forward's pieces but not the backward op (``grid_sampler_2d_backward``), the backward is the
@@ -16,6 +16,8 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 from torch._decomp import decomposition_table
+
+from turbine.eager.decompositions.sampling import grid_sampler_3d
 
 from turbine.eager.decompositions._common import registers
 
@@ -58,4 +60,12 @@ def grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, paddi
     3.13 cannot lower it; the gradient of torch's decomposition of the forward."""
     forward = decomposition_table[aten.grid_sampler_2d.default]
     grad_input, grad_grid = vjp(lambda i, g: forward(i, g, interpolation_mode, padding_mode, align_corners), (input, grid), grad_output)
+    return (grad_input if output_mask[0] else None), (grad_grid if output_mask[1] else None)
+
+
+@registers(aten.grid_sampler_3d_backward.default)
+def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+    """3-D grid_sample's gradient (volumetric registration, video warps): the gradient of
+    turbine's decomposition of the forward (decompositions/sampling.py)."""
+    grad_input, grad_grid = vjp(lambda i, g: grid_sampler_3d(i, g, interpolation_mode, padding_mode, align_corners), (input, grid), grad_output)
     return (grad_input if output_mask[0] else None), (grad_grid if output_mask[1] else None)
