@@ -15,7 +15,12 @@ kernels ran a stride-1 forward convolution at 0.9-1.8x torch's time, but a strid
   (spaced by the stride) and summed;
 - bias gradient: a sum.
 
-Grouped, transposed, 1-D and 3-D convolutions, and dilated input gradients, keep IREE's lowering.
+A 2-D transposed convolution's gradients are those of the plain convolution it transposes (IREE
+3.13 could not compile them when strided or dilated, so decoders, GANs and U-Nets trained with
+the fallback): its input gradient is that convolution run forward on the output gradient, its
+weight gradient that convolution's weight gradient with the roles of input and output swapped.
+
+Grouped, 1-D and 3-D convolutions, and dilated input gradients, keep IREE's lowering.
 """
 
 from __future__ import annotations
@@ -92,7 +97,9 @@ def convolution_backward(
     groups: int,
     output_mask: list[bool],
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """``aten.convolution_backward`` for plain 2-D convolutions (see the module docstring)."""
+    """``aten.convolution_backward`` for plain and transposed 2-D convolutions (see the module docstring)."""
+    if transposed and weight.dim() == 4:
+        return _transposed_backward(grad_output, input, weight, stride, padding, dilation, groups, output_mask)
     if not _plain_2d(weight, transposed, groups):
         return aten.convolution_backward.default(
             grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
@@ -109,6 +116,21 @@ def convolution_backward(
             grad_input = _input_gradient_strided(grad_output, input, weight, stride, padding)
     if output_mask[1]:
         grad_weight = _weight_gradient(grad_output, input, weight, stride, padding, dilation)
+    if output_mask[2]:
+        grad_bias = grad_output.sum([0, 2, 3])
+    return grad_input, grad_weight, grad_bias
+
+
+def _transposed_backward(grad_output, input, weight, stride, padding, dilation, groups, output_mask) -> tuple:
+    """The gradients of a 2-D transposed convolution. Its weight [C_in, C_out/groups, kh, kw] is
+    the transposed convolution's own and the plain one's alike."""
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        grad_input = convolution(grad_output, weight, None, stride, padding, dilation, False, [0, 0], groups)
+    if output_mask[1]:
+        inputs, outputs = input.chunk(groups, 1), grad_output.chunk(groups, 1)
+        parts = [_weight_gradient(x, g, w, stride, padding, dilation) for x, g, w in zip(inputs, outputs, weight.chunk(groups, 0))]
+        grad_weight = parts[0] if groups == 1 else torch.cat(parts)
     if output_mask[2]:
         grad_bias = grad_output.sum([0, 2, 3])
     return grad_input, grad_weight, grad_bias
