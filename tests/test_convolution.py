@@ -58,22 +58,26 @@ TRANSPOSED = {
     "stride 2, output padding": ((2, 4, 7, 8), (4, 3, 3, 3), dict(stride=2, padding=1, output_padding=1)),
     "non-square stride, dilated": ((1, 4, 6, 5), (4, 2, 3, 2), dict(stride=(2, 3), padding=(1, 0), dilation=(1, 2))),
     "grouped, dilated": ((2, 4, 5, 6), (4, 3, 3, 3), dict(groups=2, dilation=2)),
+    "1-D, stride 2": ((2, 4, 9), (4, 3, 5), dict(stride=2, padding=1)),
+    "3-D, stride 2": ((1, 2, 4, 5, 4), (2, 3, 3, 3, 3), dict(stride=2)),
 }
 
 
 @pytest.mark.parametrize("case", sorted(TRANSPOSED))
 def test_transposed_convolution_gradients_match_torch(case, stats):
-    """ConvTranspose2d's gradients, as the plain convolution's it transposes: IREE 3.13 could not
-    compile strided or dilated ones, so decoders, GANs and U-Nets trained with the fallback."""
+    """Transposed convolutions' gradients, as the plain convolution's they transpose: IREE 3.13
+    could not compile strided or dilated ones, so decoders, GANs, U-Nets and vocoders trained
+    with the fallback."""
     input_shape, weight_shape, options = TRANSPOSED[case]
     leaves = [torch.randn(input_shape), torch.randn(weight_shape), torch.randn(weight_shape[1] * options.get("groups", 1))]
     leaves = [t.requires_grad_() for t in leaves]
-    expected = torch.nn.functional.conv_transpose2d(*leaves, **options)
+    transposed = [None, None, None, torch.nn.functional.conv_transpose1d, torch.nn.functional.conv_transpose2d, torch.nn.functional.conv_transpose3d][len(input_shape)]
+    expected = transposed(*leaves, **options)
     upstream = torch.randn(expected.shape)
     expected_grads = torch.autograd.grad(expected, leaves, upstream)
     device_leaves = [t.detach().to(D).requires_grad_() for t in leaves]
     with turbine.fallback("error"):
-        actual = torch.nn.functional.conv_transpose2d(*device_leaves, **options)
+        actual = transposed(*device_leaves, **options)
         actual_grads = torch.autograd.grad(actual, device_leaves, upstream.to(D))
     torch.testing.assert_close(actual.detach().cpu(), expected.detach(), rtol=1e-4, atol=1e-4)
     for got, want in zip(actual_grads, expected_grads):

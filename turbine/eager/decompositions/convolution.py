@@ -15,10 +15,11 @@ kernels ran a stride-1 forward convolution at 0.9-1.8x torch's time, but a strid
   (spaced by the stride) and summed;
 - bias gradient: a sum.
 
-A 2-D transposed convolution's gradients are those of the plain convolution it transposes (IREE
-3.13 could not compile them when strided or dilated, so decoders, GANs and U-Nets trained with
-the fallback): its input gradient is that convolution run forward on the output gradient, its
-weight gradient that convolution's weight gradient with the roles of input and output swapped.
+A transposed convolution's gradients are those of the plain convolution it transposes (IREE 3.13
+could not compile them when strided or dilated, so decoders, GANs, U-Nets and vocoders trained
+with the fallback): its input gradient is that convolution run forward on the output gradient,
+its weight gradient that convolution's weight gradient with the roles of input and output
+swapped (im2col in 2-D, IREE's own lowering in 1-D and 3-D, which it compiles for plain ones).
 
 Grouped, 1-D and 3-D convolutions, and dilated input gradients, keep IREE's lowering.
 """
@@ -97,8 +98,8 @@ def convolution_backward(
     groups: int,
     output_mask: list[bool],
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """``aten.convolution_backward`` for plain and transposed 2-D convolutions (see the module docstring)."""
-    if transposed and weight.dim() == 4:
+    """``aten.convolution_backward`` for plain 2-D convolutions and transposed ones (see the module docstring)."""
+    if transposed:
         return _transposed_backward(grad_output, input, weight, stride, padding, dilation, groups, output_mask)
     if not _plain_2d(weight, transposed, groups):
         return aten.convolution_backward.default(
@@ -122,17 +123,23 @@ def convolution_backward(
 
 
 def _transposed_backward(grad_output, input, weight, stride, padding, dilation, groups, output_mask) -> tuple:
-    """The gradients of a 2-D transposed convolution. Its weight [C_in, C_out/groups, kh, kw] is
-    the transposed convolution's own and the plain one's alike."""
+    """The gradients of a transposed convolution (1-D, 2-D or 3-D). Its weight [C_in,
+    C_out/groups, *kernel] is the transposed convolution's own and the plain one's alike."""
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
-        grad_input = convolution(grad_output, weight, None, stride, padding, dilation, False, [0, 0], groups)
-    if output_mask[1]:
+        zeros = [0] * (weight.dim() - 2)
+        grad_input = convolution(grad_output, weight, None, stride, padding, dilation, False, zeros, groups)
+    if output_mask[1] and weight.dim() == 4:
         inputs, outputs = input.chunk(groups, 1), grad_output.chunk(groups, 1)
         parts = [_weight_gradient(x, g, w, stride, padding, dilation) for x, g, w in zip(inputs, outputs, weight.chunk(groups, 0))]
         grad_weight = parts[0] if groups == 1 else torch.cat(parts)
+    elif output_mask[1]:  # IREE's own weight gradient of the plain convolution, which it compiles
+        zeros = [0] * (weight.dim() - 2)
+        grad_weight = aten.convolution_backward.default(
+            input, grad_output, weight, None, stride, padding, dilation, False, zeros, groups, [False, True, False]
+        )[1]
     if output_mask[2]:
-        grad_bias = grad_output.sum([0, 2, 3])
+        grad_bias = grad_output.sum([0] + list(range(2, grad_output.dim())))
     return grad_input, grad_weight, grad_bias
 
 
