@@ -108,6 +108,27 @@ def test_grid_sample_3d_and_its_gradients(mode, padding_mode):
     check_on_iree(sampled_and_gradients, x, grid, torch.randn(2, 3, 3, 4, 5), atol=1e-4, rtol=1e-4)
 
 
+def test_hardshrink_gradient():
+    """hardshrink_backward (IREE 3.13 cannot lower it); 0 at NaN, as torch's CPU kernel."""
+    x = _inputs(6, 7)
+    check_on_iree(_gradient(lambda t: torch.nn.functional.hardshrink(t, 0.7)), x, torch.randn(6, 7))
+
+
+def test_embedding_with_max_norm_renormalises_the_rows_it_looks_up():
+    """embedding_renorm (nn.Embedding(max_norm=...)) rescales, in place, the rows a lookup reads
+    that are longer than max_norm; IREE 3.13 cannot lower it, so every such lookup fell back."""
+    torch.manual_seed(0)
+    weight = torch.randn(10, 4) * 2
+    indices = torch.tensor([[1, 3, 3], [7, 1, 0]])
+
+    def looked_up(w, i):
+        w = w.clone()
+        out = torch.nn.functional.embedding(i, w, max_norm=1.5, norm_type=3.0)
+        return out, w  # the rows looked up are renormalised in the weight too
+
+    check_on_iree(looked_up, weight, indices)
+
+
 def test_rrelu_gradient_in_evaluation():
     """rrelu_with_noise_backward (evaluation: the mean slope) is torch's decomposition; IREE
     cannot lower it, so it fell back."""

@@ -11,8 +11,8 @@ asymptotic expansions, Newton's and Halley's methods) rather than torch's fitted
 coefficients. Each is declared in the op registry (eager/registry.py) when this package is imported.
 """
 
-from turbine.eager.decompositions import bessel, bits, chebyshev, convolution, distances, erf, gamma, histogram, linalg, margins, normalization, order, padding, pooling, recurrent, resampling, sampling, scans, scatter, trigonometric, vjp
+from turbine.eager.decompositions import activations, bessel, bits, chebyshev, convolution, distances, erf, gamma, histogram, linalg, margins, normalization, order, padding, pooling, recurrent, resampling, sampling, scans, scatter, trigonometric, vjp
 from turbine.eager.decompositions.pooling import adaptive_max_pool_nd
 from turbine.eager.decompositions.scans import logcumsumexp
 
-__all__ = ["adaptive_max_pool_nd", "logcumsumexp", "bessel", "bits", "chebyshev", "convolution", "distances", "erf", "gamma", "histogram", "linalg", "margins", "normalization", "order", "padding", "pooling", "recurrent", "resampling", "sampling", "scans", "scatter", "trigonometric", "vjp"]
+__all__ = ["adaptive_max_pool_nd", "logcumsumexp", "activations", "bessel", "bits", "chebyshev", "convolution", "distances", "erf", "gamma", "histogram", "linalg", "margins", "normalization", "order", "padding", "pooling", "recurrent", "resampling", "sampling", "scans", "scatter", "trigonometric", "vjp"]

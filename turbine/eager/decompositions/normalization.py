@@ -1,8 +1,26 @@
-"""Batch norm in evaluation mode, with the result shapes of torch's shape rule."""
+"""Batch norm in evaluation mode, with the result shapes of torch's shape rule; the row
+renormalisation of ``nn.Embedding(max_norm=...)``."""
 
 from __future__ import annotations
 
 import torch
+
+from turbine.eager.decompositions._common import registers
+
+aten = torch.ops.aten
+
+
+@registers(aten.embedding_renorm.default)
+def embedding_renorm(weight: torch.Tensor, indices: torch.Tensor, max_norm: float, norm_type: float) -> torch.Tensor:
+    """The embedding's rows that ``indices`` look up, scaled to norm ``max_norm`` where longer
+    (by ``max_norm / (norm + 1e-7)``, as torch's kernel): IREE 3.13 cannot lower it, and every
+    lookup of an ``nn.Embedding`` with ``max_norm`` fell back. A row looked up twice is written
+    twice with the same value."""
+    flat = indices.reshape(-1)
+    rows = weight.index_select(0, flat)
+    norms = torch.linalg.vector_norm(rows, norm_type, dim=1, keepdim=True)
+    scaled = torch.where(norms > max_norm, rows * (max_norm / (norms + 1e-7)), rows)
+    return torch.index_put(weight, (flat,), scaled)
 
 
 def batch_norm_eval(

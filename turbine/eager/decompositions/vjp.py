@@ -1,4 +1,5 @@
-"""Gradients traced from a forward's decomposition with ``torch.func.vjp``; 3-D grid sampling.
+"""Gradients traced from a forward's decomposition with ``torch.func.vjp``: grid sampling's, 2-D
+and 3-D.
 
 Where torch has a decomposition of an op's forward but none of its backward, and IREE lowers the
 forward's pieces but not the backward op (``grid_sampler_2d_backward``), the backward is the
@@ -69,3 +70,4 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
     turbine's decomposition of the forward (decompositions/sampling.py)."""
     grad_input, grad_grid = vjp(lambda i, g: grid_sampler_3d(i, g, interpolation_mode, padding_mode, align_corners), (input, grid), grad_output)
     return (grad_input if output_mask[0] else None), (grad_grid if output_mask[1] else None)
+
