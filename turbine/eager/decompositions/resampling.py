@@ -1,13 +1,16 @@
-"""The gradients of upsampling (nearest, linear, cubic); adaptive average pooling and its gradient.
+"""Resampling one spatial dim at a time: the gradients of upsampling (nearest, linear, cubic);
+adaptive average pooling and antialiased resizing, with their gradients.
 
-torch has no decompositions for these backward ops and IREE 3.13 lowers none of them, so every
-model that resizes (a segmentation head's bilinear upsampling, a U-Net's nearest one, FPN) sent its
-backward to the fallback. Each forward is separable: along each spatial dim, every output place
-reads a few input places ("taps") with weights. Its gradient spreads each output's gradient back
-onto those places, one dim at a time, with an accumulating ``index_put``. The taps follow torch's CPU kernels
-(UpSample.h: ``area_pixel_compute_scale``, ``area_pixel_compute_source_index``, the nearest and
-cubic rules), computed in torch's opmath precision (float32 for float32 and lower, float64 for
-float64).
+torch has no decompositions for these ops and IREE 3.13 lowers none of them (adaptive average
+pooling it lowers, but see its correction), so every model that resizes (a segmentation head's
+bilinear upsampling, a U-Net's nearest one, FPN, torchvision's antialiased Resize) ran them with
+the fallback. Each is separable: along each spatial dim, every output place reads a few input
+places ("taps") with weights. The forward sums them (``gather``); the gradient spreads each
+output's gradient back onto those places (``spread``, an accumulating ``index_put``). The taps
+follow torch's CPU kernels (UpSample.h: ``area_pixel_compute_scale``,
+``area_pixel_compute_source_index``, the nearest and cubic rules; UpSampleKernel.cpp's
+antialiased ones), computed in torch's opmath precision (float32 for float32 and lower, float64
+for float64).
 """
 
 from __future__ import annotations
