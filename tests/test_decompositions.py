@@ -129,6 +129,22 @@ def test_embedding_with_max_norm_renormalises_the_rows_it_looks_up():
     check_on_iree(looked_up, weight, indices)
 
 
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_multi_margin_loss_and_its_gradient(p, reduction):
+    """IREE 3.13 lowers neither; torch has no decomposition of the gradient, nor a shape rule
+    (decompositions/margins.py adds one). With and without class weights, a margin of 0.3."""
+    torch.manual_seed(0)
+    scores, target, weight = torch.randn(6, 5), torch.randint(0, 5, (6,)), torch.rand(5)
+
+    def loss_and_gradient(x, t, w, up):
+        x = x.detach().requires_grad_()
+        losses = [torch.nn.functional.multi_margin_loss(x, t, p=p, margin=m, weight=v, reduction=reduction) for m, v in ((1.0, None), (0.3, w))]
+        return (*losses, *torch.autograd.grad(losses, x, [up.reshape(losses[0].shape)] * 2))
+
+    check_on_iree(loss_and_gradient, scores, target, weight, torch.randn(6 if reduction == "none" else 1))
+
+
 def test_rrelu_gradient_in_evaluation():
     """rrelu_with_noise_backward (evaluation: the mean slope) is torch's decomposition; IREE
     cannot lower it, so it fell back."""

@@ -200,12 +200,14 @@ def _embedding_bag_inputs() -> list[torch.Tensor]:
     [
         (lambda t: torch.ops.aten._embedding_bag(*t), _embedding_bag_inputs),
         (lambda t: torch.ops.aten._embedding_bag_forward_only(*t), _embedding_bag_inputs),
+        (lambda t: [torch.ops.aten.multi_margin_loss(*t, 1, 1.0, None, 0)], lambda: [torch.randn(5), torch.tensor(2)]),
     ],
-    ids=["embedding_bag", "embedding_bag_forward_only"],
+    ids=["embedding_bag", "embedding_bag_forward_only", "multi_margin_loss_of_one_sample"],
 )
 @pytest.mark.skipif(not D.startswith("turbine:cpu"), reason="torch's CUDA kernels give the shape rule's shapes")
 def test_ops_whose_shape_rule_and_kernel_disagree_give_the_kernel_shapes(call, inputs):
-    """torch's shape rule gives embedding_bag's offset2bag [N] where its CPU kernel gives [0]:
+    """torch's shape rule gives embedding_bag's offset2bag [N] where its CPU kernel gives [0]
+    (and one sample's unreduced multi-class margin loss [1] where it gives []):
     the lowering that follows the rule is refused and torch's kernel runs, before any tensor is
     handed out. (Batch norm's eval-mode statistics take the rule's shapes: test_module_state.py.)"""
     values = inputs()

@@ -1,4 +1,5 @@
-"""Helpers shared by turbine's decompositions: declaring them in the op registry, and dtype rules."""
+"""Helpers shared by turbine's decompositions: declaring them in the op registry, shape rules for
+ops torch has none for, and dtype rules."""
 
 from __future__ import annotations
 
@@ -20,6 +21,20 @@ def registers(*ops: torch._ops.OpOverload) -> Callable[[Callable], Callable]:
         return fn
 
     return register
+
+
+_library: torch.library.Library | None = None
+
+
+def add_shape_rules(rules: dict[str, Callable]) -> None:
+    """Meta kernels for aten ops torch has none for (a later torch's own wins): turbine plans an
+    op from its meta call, and torch's fake tensors use them too. Adding one twice does nothing."""
+    global _library
+    if _library is None:
+        _library = torch.library.Library("aten", "IMPL")
+    for op, shapes in rules.items():
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", "Meta"):
+            _library.impl(op, shapes, "Meta")
 
 
 def floating(x: torch.Tensor) -> torch.Tensor:

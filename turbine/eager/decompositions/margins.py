@@ -1,4 +1,6 @@
-"""The multi-label margin loss, forward and backward, as torch's CPU kernel computes it.
+"""The margin losses, forward and backward, as torch's CPU kernels compute them: multi-label
+(corrections of IREE's) and multi-class (IREE 3.13 lowers neither way of it; torch has no
+decomposition of its backward, nor a shape rule, which turbine adds).
 
 A sample's targets are its target row up to the first -1; torch's decomposition (and IREE's
 lowering of the op) also counted the entries after it, and gave another loss for most inputs.
@@ -9,6 +11,10 @@ For each target class j of a sample and each class i that is not a target:
 from __future__ import annotations
 
 import torch
+
+from turbine.eager.decompositions._common import add_shape_rules, registers
+
+aten = torch.ops.aten
 
 _NONE, _MEAN, _SUM = 0, 1, 2
 
@@ -55,3 +61,55 @@ def multilabel_margin_loss_backward(
     else:
         grad = grad * grad_output / (x.shape[0] if reduction == _MEAN else 1)
     return grad.reshape(scores.shape).to(scores.dtype)
+
+
+def _multi_margins(scores: torch.Tensor, target: torch.Tensor, p: int, margin, weight) -> tuple[torch.Tensor, ...]:
+    """(scores as [N, C], each sample's margins [N, C] before the power, the classes that count
+    (every class but the target), each sample's target weight [N, 1] or None)."""
+    classes = scores.shape[-1] if scores.dim() else 1
+    x = scores.reshape(-1, classes)
+    t = target.reshape(-1, 1)
+    margins = x - x.gather(1, t) + margin
+    counted = (torch.arange(classes, device=x.device) != t) & (margins > 0)
+    scale = None if weight is None else weight.index_select(0, t.reshape(-1)).unsqueeze(1)
+    return x, margins, counted, scale
+
+
+@registers(aten.multi_margin_loss.default)
+def multi_margin_loss(scores, target, p=1, margin=1, weight=None, reduction=_MEAN):
+    """Per sample, the margins by which the other classes come within ``margin`` of the target's
+    score (squared for p=2, times the target's weight), summed and divided by the classes."""
+    if scores.dim() <= 1 and reduction == _NONE:
+        raise NotImplementedError("torch's shape rule gives one sample's unreduced loss shape [1], its kernel []: the kernel runs it")
+    x, margins, counted, scale = _multi_margins(scores, target, p, margin, weight)
+    terms = margins * margins if p == 2 else margins
+    if scale is not None:
+        terms = terms * scale
+    loss = torch.where(counted, terms, 0).sum(1) / x.shape[1]
+    if reduction == _MEAN:
+        loss = loss.mean()
+    elif reduction == _SUM:
+        loss = loss.sum()
+    return loss.to(scores.dtype)
+
+
+@registers(aten.multi_margin_loss_backward.default)
+def multi_margin_loss_backward(grad_output, scores, target, p, margin, weight=None, reduction=_MEAN):
+    """Each counted margin raises its class's gradient and lowers the target's by as much."""
+    x, margins, counted, scale = _multi_margins(scores, target, p, margin, weight)
+    slope = 2 * margins if p == 2 else torch.ones_like(margins)
+    if scale is not None:
+        slope = slope * scale
+    up = torch.where(counted, slope, 0) / x.shape[1]
+    grad = up - up.sum(1, keepdim=True) * (torch.arange(x.shape[1], device=x.device) == target.reshape(-1, 1))
+    if reduction == _NONE and scores.dim() > 1:
+        grad = grad * grad_output.reshape(-1, 1)
+    else:
+        grad = grad * grad_output / (x.shape[0] if reduction == _MEAN else 1)
+    return grad.reshape(scores.shape).to(scores.dtype)
+
+
+def register_shape_rules() -> None:
+    """The multi-class margin loss's gradient has the scores' shape (torch has no shape rule for
+    it; the backend calls this)."""
+    add_shape_rules({"multi_margin_loss_backward": lambda grad_output, scores, *rest: scores.new_empty(scores.shape)})

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from turbine.eager.decompositions._common import registers
+from turbine.eager.decompositions._common import add_shape_rules, registers
 
 aten = torch.ops.aten
 
@@ -87,15 +87,7 @@ def _gru_cell_backward_shapes(grad_hy, workspace, has_bias):
     return gates, gates.new_empty(gates.shape), grad_hy.new_empty(grad_hy.shape), bias, None if bias is None else bias.new_empty(bias.shape)
 
 
-_library: torch.library.Library | None = None
-
-
 def register_shape_rules() -> None:
-    """Meta kernels for the GRU cell and its backward (once; the backend calls it): torch has
-    none, and turbine plans an op from its meta call. They serve torch's fake tensors too."""
-    global _library
-    if _library is None:
-        _library = torch.library.Library("aten", "IMPL")
-        for op, shapes in (("_thnn_fused_gru_cell", _gru_cell_shapes), ("_thnn_fused_gru_cell_backward", _gru_cell_backward_shapes)):
-            if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", "Meta"):  # a later torch's own wins
-                _library.impl(op, shapes, "Meta")
+    """Meta kernels for the GRU cell and its backward (the backend calls this): torch has none,
+    and turbine plans an op from its meta call. They serve torch's fake tensors too."""
+    add_shape_rules({"_thnn_fused_gru_cell": _gru_cell_shapes, "_thnn_fused_gru_cell_backward": _gru_cell_backward_shapes})

@@ -21,6 +21,12 @@ declare(
     traits=["native_precision"],
 )
 declare(
+    aten.multi_margin_loss.default,
+    "torch's shape rule gives one sample's unreduced loss the shape [1], its kernel []; the lowering is refused "
+    "(decompositions/margins.py) before the op hands out a tensor of the rule's shape",
+    foreground=True,
+)
+declare(
     [aten._embedding_bag.default, aten._embedding_bag_forward_only.default],
     "torch's shape rule gives other shapes than its kernel (offset2bag in sum mode: [N] against [0]); the lowering "
     "is refused before the op hands out tensors of the rule's shapes (found by the OpInfo coverage run)",
