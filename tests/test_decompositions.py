@@ -461,10 +461,19 @@ def test_padding_and_max_pooling_gradients(name):
     check_on_iree(_gradient(fn), x, torch.randn(fn(x).shape))
 
 
-def test_fractional_max_pooling_gradient():
-    """Its forward falls back (IREE cannot compile it); its gradient, at the indices, runs on IREE."""
+@pytest.mark.parametrize(
+    "dims, shape, kernel, size",
+    [(2, (2, 3, 9, 11), [2, 3], [4, 5]), (2, (3, 8, 8), [3, 3], [1, 3]), (3, (1, 2, 6, 7, 8), [2, 2, 3], [3, 4, 2])],
+    ids=["2d", "2d unbatched, one row", "3d"],
+)
+def test_fractional_max_pooling_and_its_gradient(dims, shape, kernel, size):
+    """IREE 3.13 lowers neither: windows at torch's intervals from each plane's samples (indices
+    too), and the gradient at the indices."""
     torch.manual_seed(0)
-    x, samples = torch.randn(2, 3, 7, 7), torch.rand(2, 3, 2)
-    out, indices = torch.ops.aten.fractional_max_pool2d(x, [2, 2], [3, 3], samples)
-    grad = torch.randn(out.shape)
-    check_on_iree(lambda g, t, i: torch.ops.aten.fractional_max_pool2d_backward(g, t, [2, 2], [3, 3], i), grad, x, indices)
+    x = torch.randn(shape)
+    samples = torch.rand(shape[0] if len(shape) == dims + 2 else 1, shape[-dims - 1], dims)
+    pool = getattr(torch.ops.aten, f"fractional_max_pool{dims}d")
+    backward = getattr(torch.ops.aten, f"fractional_max_pool{dims}d_backward")
+    check_on_iree(lambda t, r: pool(t, kernel, size, r), x, samples)
+    out, indices = pool(x, kernel, size, samples)
+    check_on_iree(lambda g, t, i: backward(g, t, kernel, size, i), torch.randn(out.shape), x, indices)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from turbine.device import registry
-from turbine.eager import accelerator_fix, autocast, device_module, pinning
-from turbine.eager.decompositions import margins, recurrent
+from turbine.eager import accelerator_fix, autocast, decompositions, device_module, pinning
 from turbine.eager.ops import attention
 from turbine.eager.tensor import rebuild
 
@@ -102,8 +101,7 @@ def register() -> None:
     torch.autograd.set_multithreading_enabled(False)
     accelerator_fix.apply()  # naming PrivateUse1 broke torch's own CUDA autograd
     attention.register_autograd_kernel()  # torch's fused attention kernels where the vendor runs
-    recurrent.register_shape_rules()  # torch has no Meta kernels for its fused GRU cell
-    margins.register_shape_rules()  # nor for the multi-class margin loss's gradient
+    decompositions.register_shape_rules()  # Meta kernels torch lacks (the fused GRU cell, some gradients)
     autocast.register()  # torch.autocast("turbine"): torch has no autocast kernels for a Python backend
     pinning.apply()  # DataLoader(pin_memory=True) passes turbine-bound batches through unpinned
     # torch.load's default (weights_only) unpickles only allowed functions: turbine tensors in a

@@ -23,18 +23,32 @@ def registers(*ops: torch._ops.OpOverload) -> Callable[[Callable], Callable]:
     return register
 
 
+#: Shape rules (Meta kernels) for aten ops torch has none for, by op name (``shape_rule``).
+_SHAPE_RULES: dict[str, Callable] = {}
 _library: torch.library.Library | None = None
 
 
-def add_shape_rules(rules: dict[str, Callable]) -> None:
-    """Meta kernels for aten ops torch has none for (a later torch's own wins): turbine plans an
-    op from its meta call, and torch's fake tensors use them too. Adding one twice does nothing."""
+def shape_rule(op: str) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn`` is the shape rule of ``aten::op``, which torch has none for; turbine
+    plans an op from its meta call. Registered by ``register_shape_rules``."""
+
+    def record(fn: Callable) -> Callable:
+        _SHAPE_RULES[op] = fn
+        return fn
+
+    return record
+
+
+def register_shape_rules() -> None:
+    """Register every recorded shape rule as the op's Meta kernel (the backend calls this; a
+    later torch's own kernel wins, and a second call does nothing). torch's fake tensors use
+    them too."""
     global _library
     if _library is None:
         _library = torch.library.Library("aten", "IMPL")
-    for op, shapes in rules.items():
+    for op, rule in _SHAPE_RULES.items():
         if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", "Meta"):
-            _library.impl(op, shapes, "Meta")
+            _library.impl(op, rule, "Meta")
 
 
 def floating(x: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from turbine.eager.decompositions._common import add_shape_rules, registers
+from turbine.eager.decompositions._common import registers, shape_rule
 
 aten = torch.ops.aten
 
@@ -109,7 +109,8 @@ def multi_margin_loss_backward(grad_output, scores, target, p, margin, weight=No
     return grad.reshape(scores.shape).to(scores.dtype)
 
 
-def register_shape_rules() -> None:
-    """The multi-class margin loss's gradient has the scores' shape (torch has no shape rule for
-    it; the backend calls this)."""
-    add_shape_rules({"multi_margin_loss_backward": lambda grad_output, scores, *rest: scores.new_empty(scores.shape)})
+
+@shape_rule("multi_margin_loss_backward")
+def _multi_margin_loss_backward_shape(grad_output, scores, *rest):
+    """The gradient has the scores' shape (torch has no shape rule for it)."""
+    return scores.new_empty(scores.shape)

@@ -8,7 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from turbine.eager.decompositions._common import registers
+from turbine.eager.decompositions._common import registers, shape_rule
 
 aten = torch.ops.aten
 
@@ -155,12 +155,60 @@ def _adaptive_max_pool_backward(dims: int):
     return backward
 
 
+def _fractional_starts(sample: torch.Tensor, size: int, out: int, pool: int) -> torch.Tensor:
+    """torch's ``generate_intervals``: per plane's sample ([planes]), each output place's window
+    start along one dim ([planes, out]), computed in the sample's precision as torch's kernel."""
+    place = torch.arange(out, dtype=sample.dtype, device=sample.device)
+    last = torch.full((out,), size - pool, dtype=torch.int64, device=sample.device)
+    if out == 1:
+        return last.expand(sample.shape[0], 1)
+    alpha = torch.full((), size - pool, dtype=sample.dtype, device=sample.device) / (out - 1)
+    s = sample.unsqueeze(1)
+    starts = ((place + s) * alpha).to(torch.int64) - (s * alpha).to(torch.int64)
+    return torch.where(place == out - 1, last, starts)
+
+
+def _fractional_max_pool(dims: int):
+    def forward(input, kernel_size, output_size, random_samples):
+        """Fractional max pooling: windows of ``kernel_size`` at starts drawn from each plane's
+        random samples (torch's intervals), read with a gather and maxed; indices count into
+        each plane, as torch's (IREE 3.13 lowers none). torch's samples run W, H for 2-D and
+        T, H, W for 3-D."""
+        spatial = list(input.shape[-dims:])
+        planes = math.prod(input.shape[:-dims])
+        x = input.reshape(planes, -1)
+        samples = random_samples.reshape(planes, dims)
+        order = [1, 0] if dims == 2 else [0, 1, 2]  # the sample of each spatial dim
+        flat = torch.zeros((planes,) + (1,) * (2 * dims), dtype=torch.int64, device=input.device)
+        for d in range(dims):
+            starts = _fractional_starts(samples[:, order[d]], spatial[d], output_size[d], kernel_size[d])
+            shape = [planes] + [1] * (2 * dims)
+            shape[1 + d] = output_size[d]
+            offset = torch.arange(kernel_size[d], device=input.device).reshape([1] * (1 + dims + d) + [-1] + [1] * (dims - d - 1))
+            flat = flat * spatial[d] + starts.reshape(shape) + offset
+        flat = flat.reshape(planes, -1)  # [planes, outputs * window]
+        window = math.prod(kernel_size[:dims])
+        values = torch.gather(x, 1, flat).reshape(planes, -1, window)
+        best, slot = torch.max(values, -1)
+        indices = torch.gather(flat.reshape(planes, -1, window), 2, slot.unsqueeze(-1)).squeeze(-1)
+        shape = list(input.shape[:-dims]) + list(output_size[:dims])
+        return best.reshape(shape), indices.reshape(shape)
+
+    return forward
+
+
 def _fractional_max_pool_backward(dims: int):
     def backward(grad_output, input, kernel_size, output_size, indices):
         """Fractional max pooling's gradient, at the forward's indices (IREE 3.13 lowers none)."""
         return _at_indices(grad_output, input, indices, dims)
 
     return backward
+
+
+@shape_rule("fractional_max_pool3d_backward")
+def _fractional_max_pool3d_backward_shape(grad_output, input, *rest):
+    """The gradient has the input's shape (torch has no shape rule for it; it has the 2-D one's)."""
+    return input.new_empty(input.shape)
 
 
 def _max_pool_backward(dims: int):
@@ -175,4 +223,5 @@ def _max_pool_backward(dims: int):
 for _dims in (2, 3):
     registers(getattr(aten, f"max_pool{_dims}d_with_indices_backward").default)(_max_pool_backward(_dims))
     registers(getattr(aten, f"adaptive_max_pool{_dims}d_backward").default)(_adaptive_max_pool_backward(_dims))
+    registers(getattr(aten, f"fractional_max_pool{_dims}d").default)(_fractional_max_pool(_dims))
     registers(getattr(aten, f"fractional_max_pool{_dims}d_backward").default)(_fractional_max_pool_backward(_dims))

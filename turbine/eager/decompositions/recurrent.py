@@ -8,8 +8,8 @@ its backward in ``workspace``: the LSTM cell's activated gates ``[i, f, g, o]``,
 ``[r, z, n, hx, hn + hidden bias of n]``. Gates are laid out as torch lays them out, one block of
 ``hidden`` columns per gate.
 
-The GRU cell ops have no shape rule in torch either; :func:`register_shape_rules` gives them one
-(a Meta kernel), so that turbine can plan them as it plans any op. torch's shape rule for the
+The GRU cell ops have no shape rule in torch either; turbine gives them one (a Meta kernel,
+``_common.shape_rule``), so that it can plan them as it plans any op. torch's shape rule for the
 LSTM cell fails without biases: eager/ops/recurrent.py gives such a cell zero biases.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from turbine.eager.decompositions._common import add_shape_rules, registers
+from turbine.eager.decompositions._common import registers, shape_rule
 
 aten = torch.ops.aten
 
@@ -77,17 +77,14 @@ def gru_cell_backward(grad_hy, workspace, has_bias):
     return grad_input_gates, grad_hidden_gates, grad_hy * z, grad_input_gates.sum(0), grad_hidden_gates.sum(0)
 
 
+@shape_rule("_thnn_fused_gru_cell")
 def _gru_cell_shapes(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
     return hx.new_empty(hx.shape), hx.new_empty((hx.shape[0], 5 * hx.shape[1]))
 
 
+@shape_rule("_thnn_fused_gru_cell_backward")
 def _gru_cell_backward_shapes(grad_hy, workspace, has_bias):
     gates = grad_hy.new_empty((grad_hy.shape[0], 3 * grad_hy.shape[1]))
     bias = grad_hy.new_empty((3 * grad_hy.shape[1],)) if has_bias else None
     return gates, gates.new_empty(gates.shape), grad_hy.new_empty(grad_hy.shape), bias, None if bias is None else bias.new_empty(bias.shape)
 
-
-def register_shape_rules() -> None:
-    """Meta kernels for the GRU cell and its backward (the backend calls this): torch has none,
-    and turbine plans an op from its meta call. They serve torch's fake tensors too."""
-    add_shape_rules({"_thnn_fused_gru_cell": _gru_cell_shapes, "_thnn_fused_gru_cell_backward": _gru_cell_backward_shapes})
