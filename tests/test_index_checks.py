@@ -246,10 +246,6 @@ RANGED = {
 }
 
 
-#: The RANGED ops IREE 3.13 cannot compile: torch's kernel runs them over the device memory.
-FALLS_BACK = {"multi_margin_loss", "embedding max_norm"}
-
-
 @pytest.mark.parametrize("name", sorted(RANGED))
 def test_values_and_targets_out_of_range_give_torchs_errors(name):
     good, bad = RANGED[name]
@@ -258,7 +254,7 @@ def test_values_and_targets_out_of_range_give_torchs_errors(name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # the anchor only carries the device: the turbine one on turbine's side, the CPU on torch's
-        check(lambda anchor: good(anchor.device), torch.zeros(1), executor="fallback" if name in FALLS_BACK else "iree")
+        check(lambda anchor: good(anchor.device), torch.zeros(1))
         assert _outcome(lambda: bad(D)) == _outcome(lambda: bad("cpu")), name
     torch.testing.assert_close(good(D).cpu(), good("cpu"))  # the device runs on
 
