@@ -63,7 +63,7 @@ def multilabel_margin_loss_backward(
     return grad.reshape(scores.shape).to(scores.dtype)
 
 
-def _multi_margins(scores: torch.Tensor, target: torch.Tensor, p: int, margin, weight) -> tuple[torch.Tensor, ...]:
+def _multi_margins(scores: torch.Tensor, target: torch.Tensor, margin, weight) -> tuple[torch.Tensor, ...]:
     """(scores as [N, C], each sample's margins [N, C] before the power, the classes that count
     (every class but the target), each sample's target weight [N, 1] or None)."""
     classes = scores.shape[-1] if scores.dim() else 1
@@ -81,7 +81,7 @@ def multi_margin_loss(scores, target, p=1, margin=1, weight=None, reduction=_MEA
     score (squared for p=2, times the target's weight), summed and divided by the classes."""
     if scores.dim() <= 1 and reduction == _NONE:
         raise NotImplementedError("torch's shape rule gives one sample's unreduced loss shape [1], its kernel []: the kernel runs it")
-    x, margins, counted, scale = _multi_margins(scores, target, p, margin, weight)
+    x, margins, counted, scale = _multi_margins(scores, target, margin, weight)
     terms = margins * margins if p == 2 else margins
     if scale is not None:
         terms = terms * scale
@@ -96,7 +96,7 @@ def multi_margin_loss(scores, target, p=1, margin=1, weight=None, reduction=_MEA
 @registers(aten.multi_margin_loss_backward.default)
 def multi_margin_loss_backward(grad_output, scores, target, p, margin, weight=None, reduction=_MEAN):
     """Each counted margin raises its class's gradient and lowers the target's by as much."""
-    x, margins, counted, scale = _multi_margins(scores, target, p, margin, weight)
+    x, margins, counted, scale = _multi_margins(scores, target, margin, weight)
     slope = 2 * margins if p == 2 else torch.ones_like(margins)
     if scale is not None:
         slope = slope * scale
@@ -107,7 +107,6 @@ def multi_margin_loss_backward(grad_output, scores, target, p, margin, weight=No
     else:
         grad = grad * grad_output / (x.shape[0] if reduction == _MEAN else 1)
     return grad.reshape(scores.shape).to(scores.dtype)
-
 
 
 @shape_rule("multi_margin_loss_backward")

@@ -18,9 +18,8 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch._decomp import decomposition_table
 
-from turbine.eager.decompositions.sampling import grid_sampler_3d
-
 from turbine.eager.decompositions._common import registers
+from turbine.eager.decompositions.sampling import grid_sampler_3d
 
 aten = torch.ops.aten
 
