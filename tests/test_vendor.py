@@ -20,7 +20,7 @@ from turbine.eager import executors, planning, timed_plan
 from turbine.eager.dispatch import plans
 from turbine.eager.timed_plan import TimedPlan
 from turbine.errors import CompileError
-from checks import D
+from checks import D, winner
 from conftest import forget_memory
 
 aten = torch.ops.aten
@@ -30,18 +30,6 @@ aten = torch.ops.aten
 def vendor_on():
     with override(executors="all"):
         yield
-
-
-def winner(name: str, monkeypatch) -> None:
-    """Make timing find ``name`` faster (the timed plan times IREE's kernel, then the vendor's)."""
-    calls = []
-
-    def best(run):
-        calls.append(run)
-        timing_iree = len(calls) % 2 == 1
-        return (1.0 if (name == "iree") == timing_iree else 2.0), run()
-
-    monkeypatch.setattr(timed_plan, "_best", best)
 
 
 def timed_plans() -> list[TimedPlan]:

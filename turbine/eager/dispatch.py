@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from turbine.eager import ops  # noqa: F401  (its declarations fill the op registry)
-from turbine.eager import backward_errors, foreach, planning, registry, runtime, saved_plans
+from turbine.eager import backward_errors, foreach, planning, registry, runtime, saved_plans, whole_calls
 from turbine.eager.host import device_of
 from turbine.eager.meta import meta_call
 from turbine.eager.plans import FallbackPlan
@@ -48,6 +48,8 @@ def run(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     route = routes.get(func)
     if route is None:
         route = routes[func] = _route(func)
+    if whole_calls.observing:
+        whole_calls.note_route(route is plan_and_run or route is _decompose)
     return route(func, args, kwargs)
 
 
@@ -109,6 +111,8 @@ def plan_and_run(func: Any, args: tuple, kwargs: dict) -> Any:
     plan = runtime.state.plans.get(key)
     if plan is None:
         plan = _new_plan(func, _schema(func), args, kwargs, leaves, key)
+    if whole_calls.observing:
+        whole_calls.note_plan(plan)
     return plan(leaves, args, kwargs)
 
 
@@ -154,6 +158,8 @@ def clear_plans() -> None:
     """Forget every plan, the factories' kernels, the saved plans read so far and the shape
     families learnt (tests use it to show that kernels, plans and families come back from disk)."""
     runtime.state.plans.clear()
+    runtime.state.whole_calls.clear()
+    runtime.state.not_whole.clear()
     runtime.state.factory_kernels.clear()
     runtime.state.families.clear()
     saved_plans.forget()

@@ -16,7 +16,7 @@ from torch.overrides import TorchFunctionMode
 
 from turbine.device import Device, open_device
 from turbine.device.registry import by_index, current, opened_devices
-from turbine.eager import backward_errors, conversion, factories, pinning
+from turbine.eager import backward_errors, conversion, factories, pinning, whole_calls
 from turbine.eager.ops import bounds, ctc
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device
@@ -112,12 +112,16 @@ class DeviceMode(TorchFunctionMode):
     """Routes calls that name a turbine device; every other call passes straight through.
 
     It sees every torch call in the process, so the common case (no device argument) is kept to
-    two checks. It also wraps backward calls (eager/backward_errors.py).
+    two checks. It also wraps backward calls (eager/backward_errors.py), and hands calls on a
+    DeviceTensor to eager/whole_calls.py, which runs them whole on the vendor's kernels where
+    every op of them runs there.
     """
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if not kwargs:
             if func not in _INTERCEPTED:
+                if args and type(args[0]) is DeviceTensor:
+                    return whole_calls.call(func, args, {})
                 return func(*args)
             kwargs = {}
         if func is _SHALLOW_COPY_COMPATIBLE:
@@ -147,6 +151,8 @@ class DeviceMode(TorchFunctionMode):
             target = turbine_device(kwargs["device"])
             if target is not None:
                 return factories.create(func, args, kwargs, target)
+        if args and type(args[0]) is DeviceTensor:
+            return whole_calls.call(func, args, kwargs)
         return func(*args, **kwargs)
 
 

@@ -39,6 +39,11 @@ class Runtime:
         self.routes: dict[Any, Callable] = {}
         #: Factory kernels by the factory's call (eager/factories.py).
         self.factory_kernels: dict[tuple, tuple] = {}
+        #: Whole calls (eager/whole_calls.py): a torch call's key -> (device, vendor ops) where
+        #: it runs whole on the vendor's kernels, False where it takes the usual way.
+        self.whole_calls: dict[tuple, Any] = {}
+        #: Torch functions that run no op (sizes, dtypes): whole_calls does not key them.
+        self.not_whole: set[Any] = set()
         #: Families of kernel signatures and the dims they found dynamic (eager/dynamic.py).
         self.families: dict[tuple, Any] = {}
         #: Ops already warned about falling back (once per op and process).
