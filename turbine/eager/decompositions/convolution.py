@@ -130,9 +130,7 @@ def _transposed_backward(grad_output, input, weight, stride, padding, dilation, 
         zeros = [0] * (weight.dim() - 2)
         grad_input = convolution(grad_output, weight, None, stride, padding, dilation, False, zeros, groups)
     if output_mask[1] and weight.dim() == 4:
-        inputs, outputs = input.chunk(groups, 1), grad_output.chunk(groups, 1)
-        parts = [_weight_gradient(x, g, w, stride, padding, dilation) for x, g, w in zip(inputs, outputs, weight.chunk(groups, 0))]
-        grad_weight = parts[0] if groups == 1 else torch.cat(parts)
+        grad_weight = _grouped_weight_gradient(input, grad_output, weight, stride, padding, dilation, groups)
     elif output_mask[1]:  # IREE's own weight gradient of the plain convolution, which it compiles
         zeros = [0] * (weight.dim() - 2)
         grad_weight = aten.convolution_backward.default(
@@ -141,6 +139,19 @@ def _transposed_backward(grad_output, input, weight, stride, padding, dilation, 
     if output_mask[2]:
         grad_bias = grad_output.sum([0] + list(range(2, grad_output.dim())))
     return grad_input, grad_weight, grad_bias
+
+
+def _grouped_weight_gradient(input, grad_output, weight, stride, padding, dilation, groups) -> torch.Tensor:
+    """A 2-D transposed convolution's weight gradient [C_in, C_out/groups, kh, kw]: each group's
+    input channels against the im2col columns of its output channels' gradient, summed over the
+    batch, all groups in one batched matmul (as chunks and a concatenation, IREE's CUDA kernel
+    gave a wrong gradient for a grouped, dilated one)."""
+    n, in_channels = input.shape[:2]
+    columns = _columns(grad_output, list(weight.shape[2:]), stride, padding, dilation)  # N, C_out*kh*kw, L
+    length = columns.shape[2]
+    columns = columns.reshape(n, groups, -1, length).permute(1, 0, 3, 2).reshape(groups, n * length, -1)
+    inputs = input.reshape(n, groups, in_channels // groups, length).permute(1, 2, 0, 3).reshape(groups, in_channels // groups, n * length)
+    return torch.bmm(inputs, columns).reshape(weight.shape)
 
 
 def _weight_gradient(grad_output, input, weight, stride, padding, dilation) -> torch.Tensor:
