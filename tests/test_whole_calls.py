@@ -2,7 +2,7 @@
 runs whole on torch's kernels over the device memory, past turbine's dispatch.
 
 Each test learns a call (its first run with its plans decided: a new plan's first call times
-the executors), then shows what the later calls do:
+the executors, unless the kernel cache kept the choice), then shows what the later calls do:
 whole where they may (the dispatcher is not entered, torch's numbers, the vendor counted), the
 usual way wherever skipping dispatch would skip something: autograd, an index check, a random
 draw on the host, a write, a view, a profile, the executors switch.
@@ -53,16 +53,17 @@ def verdict(func) -> list:
 def test_a_chain_of_adds_runs_whole_after_its_first_call(vendor, dispatched, stats):
     a, b = torch.randn(64, 32), torch.randn(64, 32)
     x, y = a.to(D), b.to(D)
-    z = x + y  # the plan: built, both executors timed, the vendor chosen
-    z = z + y  # learnt: one add, on the vendor
-    assert dispatched == ["aten.add.Tensor"] * 2
+    z = x + y  # the plan: built, both executors timed (or the choice taken from the kernel cache)
+    z = z + y  # learnt (if not by the first call): one add, on the vendor
+    assert 1 <= len(dispatched) <= 2 and set(dispatched) == {"aten.add.Tensor"}
     dispatched.clear()
+    turbine.reset_stats()
     for _ in range(4):
         z = z + y
     assert dispatched == []  # whole: torch's add on the device memory, no dispatch
     torch.testing.assert_close(z.cpu(), a + 6 * b)
     assert isinstance(z, DeviceTensor) and z.device == x.device and z.is_contiguous()
-    assert stats()["executors"]["vendor"] == 5  # the first call counts as IREE's, as timing calls do
+    assert stats()["executors"]["vendor"] == 4
     assert verdict(torch._C.TensorBase.add) == [(turbine.device(D), 1)]
 
 
@@ -72,26 +73,28 @@ def test_a_call_of_several_ops_runs_whole_when_each_is_a_view_or_the_vendors(ven
     x, wd, bd = a.to(D), w.to(D), b.to(D)
     with torch.no_grad():
         results = [torch.nn.functional.linear(x, wd, bd) for _ in range(2)]
-        assert dispatched.count("aten.addmm.default") == 2
+        assert "aten.addmm.default" in dispatched
         dispatched.clear()
+        turbine.reset_stats()
         results.append(torch.nn.functional.linear(x, wd, bd))
     assert dispatched == []
     for result in results:
         torch.testing.assert_close(result.cpu(), torch.nn.functional.linear(a, w, b))
-    assert stats()["executors"]["vendor"] == 2
+    assert stats()["executors"]["vendor"] == 1
 
 
 def test_numbers_are_part_of_the_key_and_promote_as_torch(vendor, dispatched):
     a = torch.arange(12, dtype=torch.int32).reshape(3, 4)
     x = a.to(D)
-    x * 2, x * 2.5, x * True  # the plans: built and timed
+    for _ in range(2):
+        x * 2, x * 2.5, x * True  # the plans built and timed, the calls learnt
     dispatched.clear()
-    results = [x * 2, x * 2, x * 3, x * 2.5, x * 2.5, x * True, x * True]
-    expected = [a * 2, a * 2, a * 3, a * 2.5, a * 2.5, a * True, a * True]
+    results = [x * 2, x * 3, x * 3, x * 2.5, x * True, x * -1, x * -1]
+    expected = [a * 2, a * 3, a * 3, a * 2.5, a * True, a * -1, a * -1]
     for result, want in zip(results, expected):
         assert result.dtype == want.dtype
         torch.testing.assert_close(result.cpu(), want)
-    assert dispatched.count("aten.mul.Tensor") == 4  # one learning call per number (2, 3, 2.5, True)
+    assert dispatched.count("aten.mul.Tensor") == 2  # one learning call for each new number (3, -1)
 
 
 def test_autograd_keeps_the_usual_way_and_no_grad_runs_whole(vendor, dispatched):
@@ -148,7 +151,7 @@ def test_writes_and_views_keep_the_usual_way(vendor, dispatched):
         t = base.t()  # a view: it must alias its base
     base.add_(1)
     torch.testing.assert_close(t.cpu(), base.cpu().t())
-    assert verdict(torch._C.TensorBase.add_) == [False]
+    assert verdict(torch._C.TensorBase.add_) and not any(verdict(torch._C.TensorBase.add_))
     assert verdict(torch._C.TensorBase.t) == [False]
 
 

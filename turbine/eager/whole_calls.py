@@ -99,7 +99,8 @@ def call(func: Any, args: tuple, kwargs: dict) -> Any:
     the vendor's kernels where its key has shown that every op of it runs there, else the usual
     way (learning the key if it is new)."""
     state = runtime.state
-    if not _vendor_runs_on(args[0]._storage.device) or func in state.not_whole or not _may_skip_dispatch():
+    storage = getattr(args[0], "_storage", None)  # None while torch builds a tensor (swap_tensors, Parameter)
+    if storage is None or not _vendor_runs_on(storage.device) or func in state.not_whole or not _may_skip_dispatch():
         return func(*args, **kwargs)
     key = _key(func, args, kwargs)
     if key is None:
