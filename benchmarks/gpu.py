@@ -5,7 +5,8 @@
 Workloads: a chain of small adds (per op), a 4096x4096 float32 add (bandwidth), 4096^3 matmuls in
 float32, bfloat16 and float16 (TFLOP/s), a 3x3 convolution (64 -> 64 channels, 32x56x56), an MLP
 training step (1024-4096-1024, batch 256, AdamW) and an ``nn.TransformerEncoderLayer`` forward and
-backward (d_model 512, 8 heads, batch 16, sequence 128). Each is warmed up (its kernels compiled or
+backward (d_model 512, 8 heads, batch 16, sequence 128); the chain and the last two again with
+turbine's side as ``turbine.graphed`` (one CUDA graph a call) against torch CUDA eager. Each is warmed up (its kernels compiled or
 loaded, its executors chosen: ``warm_up``) and then timed ``--repeats`` times, torch and turbine taking turns; the table gives medians,
 the ratio turbine / torch (time, or torch / turbine for rates, so above 1 is always turbine slower),
 and which executors ran turbine's ops (``turbine.stats()['executors']``). For the workloads the
@@ -75,12 +76,12 @@ def conv(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
     return burst(lambda: torch.nn.functional.conv2d(x, w, padding=1))
 
 
-def mlp_step(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
+def mlp_step(device: str, capturable: bool = False) -> tuple[Callable[[], list[torch.Tensor]], int]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)).to(device)
     # foreach=True is what torch CUDA picks by default; torch picks the single-tensor loop for a
     # tensor subclass such as turbine's, so it is asked for here on both sides.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True, capturable=capturable)
     x, target = torch.randn(256, 1024).to(device), torch.randn(256, 1024).to(device)
 
     def run() -> list[torch.Tensor]:
@@ -107,6 +108,21 @@ def encoder_layer(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
     return run, 1
 
 
+def graphed(make: Callable[..., tuple[Callable[[], list[torch.Tensor]], int]]) -> Callable[[str], tuple]:
+    """A workload maker whose turbine side runs as ``turbine.graphed`` (one CUDA graph a call,
+    returning the first result; the optimizer ``capturable``, as a graph needs), torch's side
+    as it is: torch CUDA eager, what the graph is measured against."""
+
+    def made(device: str) -> tuple[Callable[[], list[torch.Tensor]], int]:
+        if not device.startswith("turbine"):
+            return make(device)
+        run, calls = make(device, **({"capturable": True} if make is mlp_step else {}))
+        step = turbine.graphed(lambda: run()[0])
+        return (lambda: [step()]), calls
+
+    return made
+
+
 #: name -> (maker, unit, work per call for a rate: bytes or flops; None for a time)
 WORKLOADS = {
     "chained 256x256 add, per op": (chain, "us", None),
@@ -117,6 +133,9 @@ WORKLOADS = {
     "conv2d 3x3 64->64, 32x56x56": (conv, "TFLOP/s", 2 * 32 * 64 * 56 * 56 * 64 * 9),
     "MLP 1024-4096-1024 AdamW step": (mlp_step, "ms", None),
     "TransformerEncoderLayer fwd+bwd": (encoder_layer, "ms", None),
+    "chained 256x256 add, per op, turbine.graphed": (graphed(chain), "us", None),
+    "MLP AdamW step, turbine.graphed": (graphed(mlp_step), "ms", None),
+    "TransformerEncoderLayer fwd+bwd, turbine.graphed": (graphed(encoder_layer), "ms", None),
 }
 
 
@@ -185,7 +204,8 @@ def main() -> None:
             times["torch"].append(seconds(reference, args.torch_device))
             turbine.reset_stats()
             times["turbine"].append(seconds(ours, args.device))
-            for k, v in turbine.stats()["executors"].items():
+            counts = turbine.stats()
+            for k, v in [*counts["executors"].items(), ("graph replays", counts["graph_replays"])]:
                 executors[k] = executors.get(k, 0) + v
             if floor is not None:
                 times["floor"].append(seconds(floor, args.torch_device))

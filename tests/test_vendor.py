@@ -96,6 +96,7 @@ def test_a_signature_runs_on_the_executor_timing_finds_faster(faster, monkeypatc
         torch.testing.assert_close(result, a @ b)
     (plan,) = timed_plans()
     assert plan.chosen == faster and plan.executor is {"vendor": executors.VENDOR, "iree": executors.IREE}[faster]
+    assert stats()["executor_timings"] == 1
     counts = stats()["executors"]
     if faster == "vendor":
         assert counts.get("vendor", 0) == 3  # the calls after the one that timed (and counts as IREE's)

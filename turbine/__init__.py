@@ -34,6 +34,7 @@ from turbine.eager.device_module import (
 )
 from turbine.eager.dynamic import mark_dynamic
 from turbine.eager.fallback import TurbineFallbackWarning, fallback
+from turbine.eager.graphs import graphed
 from turbine.eager.mode import enable_in_thread
 from turbine.eager.profiling import Profile, profile
 from turbine.errors import (
@@ -92,6 +93,7 @@ __all__ = [
     "empty_cache",
     "enable_in_thread",
     "fallback",
+    "graphed",
     "manual_seed",
     "mark_dynamic",
     "max_memory_allocated",

@@ -24,6 +24,8 @@ _NAMES = (
     "device_copies",
     "deferred_launches",
     "compile_seconds",
+    "graph_replays",
+    "executor_timings",
 )
 
 
@@ -78,9 +80,12 @@ def stats() -> dict[str, Any]:
     device (uploads and reads); ``scalar_uploads`` counts the 0-d buffers made for Python scalars
     that kernels take as runtime arguments, which are launch parameters rather than tensor data.
     ``deferred_launches`` counts ops that returned while their kernel was still compiling;
-    ``compile_seconds`` adds up the compiles' wall times.
-    ``executors`` counts what ran per executor: ``iree`` its kernel launches (``dispatches``), the
-    others (``torch``, ``host``) the ops the fallback policy gave them.
+    ``compile_seconds`` adds up the compiles' wall times; ``graph_replays`` the CUDA graphs
+    ``turbine.graphed`` functions replayed (their ops are not counted one by one);
+    ``executor_timings`` the signatures timed on both executors to choose one.
+    ``executors`` counts what ran per executor: ``iree`` its kernel launches (``dispatches``),
+    ``vendor`` the ops torch's kernels ran by choice, the others (``torch``, ``host``) the ops
+    the fallback policy gave them.
     """
     return Stats(counters.snapshot())
 

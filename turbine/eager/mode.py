@@ -16,7 +16,7 @@ from torch.overrides import TorchFunctionMode
 
 from turbine.device import Device, open_device
 from turbine.device.registry import by_index, current, opened_devices
-from turbine.eager import backward_errors, conversion, factories, pinning, whole_calls
+from turbine.eager import backward_errors, conversion, factories, graphs, pinning, whole_calls
 from turbine.eager.ops import bounds, ctc
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device
@@ -118,6 +118,8 @@ class DeviceMode(TorchFunctionMode):
     """
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if graphs.notes is not None:  # a turbine.graphed warm-up notes every call's numbers
+            graphs.note(func, args, kwargs)
         if not kwargs:
             if func not in _INTERCEPTED:
                 if args and type(args[0]) is DeviceTensor:

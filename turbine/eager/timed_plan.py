@@ -105,6 +105,7 @@ class TimedPlan:
 
     def _time(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         """Run the call on both executors, keep the faster; returns the faster's results."""
+        counters.executor_timings += 1
         launches = counters.dispatches
         iree_us, result = _best(lambda: self._iree_between_torch_kernels(leaves, args, kwargs))
         counters.dispatches = launches + 1  # the timing runs count as one op

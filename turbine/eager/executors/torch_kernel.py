@@ -127,11 +127,22 @@ def current_stream(device: Device) -> tuple[int, int, int] | None:
     return torch._C._cuda_getCurrentStream(device.spec.ordinal) if device.kind == "cuda" else None
 
 
+#: Above zero while ``turbine.graphed`` captures a CUDA graph (eager/graphs.py): the capture began
+#: after the device synchronized, so memory made on another stream needs no wait (a wait on a
+#: stream outside the capture is not allowed inside it), and the storages read are noted.
+capturing = 0
+
+#: The storages whose memory torch kernels read during the capture (eager/graphs.py).
+captured_reads: list = []
+
+
 def shared_view(tensor: DeviceTensor, stream: tuple[int, int, int] | None = None) -> torch.Tensor:
     """A torch tensor (CPU or CUDA) over the same memory as ``tensor``, once its producer finished
     (on the calling thread's torch stream, ``stream`` if the caller has its key, for a tensor
     torch made)."""
     storage = tensor._storage
+    if capturing:
+        captured_reads.append(storage)
     buffer = storage.buffer
     parts = STORAGE_ONLY.get(storage.dtype)  # complex storage crosses DLPack as its real parts
     whole = buffer.shared
@@ -140,7 +151,7 @@ def shared_view(tensor: DeviceTensor, stream: tuple[int, int, int] | None = None
         whole = buffer.shared = torch.from_dlpack(export_capsule(buffer, count, ELEMENT_TYPES[parts or storage.dtype]))
     elif isinstance(buffer, TorchBuffer) and buffer.stream is not None:
         current = stream or _stream_key(whole)
-        if current != buffer.stream:
+        if current != buffer.stream and not capturing:
             _stream(current).wait_stream(_stream(buffer.stream))
     if parts:
         return torch.view_as_complex(whole.view(-1, 2)).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
