@@ -220,3 +220,27 @@ def test_without_the_vendor_calls_take_the_usual_way_unkeyed(dispatched):
         x + x
     assert dispatched.count("aten.add.Tensor") == 3
     assert not runtime.state.whole_calls
+
+
+def test_a_torch_call_made_while_a_call_is_learnt_takes_the_usual_way(vendor, dispatched, monkeypatch):
+    """turbine's own code may call torch on DeviceTensors while an op runs (a handler): while a
+    call is being learnt, such calls are neither learnt nor run whole on their own, so the outer
+    call's notes see their ops."""
+    x = torch.randn(8, 8).to(D)
+    for _ in range(3):
+        x * x
+    assert verdict(torch._C.TensorBase.mul)  # x * x alone: learnt, whole
+    inner: list = []
+    real_note = whole_calls.note_plan
+
+    def note_plan(plan):
+        if not inner:  # once, inside the outer call being learnt
+            inner.append(None)
+            before = len(dispatched)
+            x * x
+            inner.append(dispatched[before:])
+        real_note(plan)
+
+    monkeypatch.setattr(whole_calls, "note_plan", note_plan)
+    torch.sub(x, x)
+    assert inner[1] == ["aten.mul.Tensor"]  # dispatched: the usual way, not whole

@@ -98,6 +98,8 @@ def call(func: Any, args: tuple, kwargs: dict) -> Any:
     """``func(*args, **kwargs)`` for the mode, whose first argument is a DeviceTensor: whole on
     the vendor's kernels where its key has shown that every op of it runs there, else the usual
     way (learning the key if it is new)."""
+    if observing and getattr(_local, "notes", None) is not None:
+        return func(*args, **kwargs)  # a torch call inside a call being learnt: its ops are noted as that call's
     state = runtime.state
     storage = getattr(args[0], "_storage", None)  # None while torch builds a tensor (swap_tensors, Parameter)
     if storage is None or not _vendor_runs_on(storage.device) or func in state.not_whole or not _may_skip_dispatch():
