@@ -161,6 +161,7 @@ def test_every_skip_names_an_entry_and_gives_a_reason():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # two coverage runs that compile: beyond a GPU run's --timeout=150 under 15 workers
 def test_an_interrupted_coverage_run_reports_what_it_finished_and_resumes(tmp_path):
     """A SIGTERM (a time limit) mid-run writes the finished entries' report naming the rest;
     --resume runs only the rest and adds them, so a long run can be split over several calls."""
