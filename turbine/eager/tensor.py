@@ -249,12 +249,13 @@ def empty(sizes: tuple[int, ...], dtype: torch.dtype, device: Device) -> DeviceT
 class DenseLayout:
     """Everything about a dense result that a plan knows before it runs, so making the tensor is cheap."""
 
-    __slots__ = ("sizes", "dtype", "numel", "key")
+    __slots__ = ("sizes", "dtype", "numel", "nbytes", "key")
 
     def __init__(self, sizes: tuple[int, ...], dtype: torch.dtype) -> None:
         self.sizes = tuple(sizes)
         self.dtype = dtype
         self.numel = numel_of(self.sizes)
+        self.nbytes = self.numel * dtype.itemsize
         self.key = (self.sizes, dtype)
 
     def make(self, buffer: Buffer, view: BufferView | None, device: torch.device) -> DeviceTensor:

@@ -139,18 +139,19 @@ _vendor_devices: dict[tuple, bool] = {}
 def _may_skip_dispatch() -> bool:
     """Whether nothing that the usual way passes through is on: forward-mode AD, a dispatch
     mode, autocast, a profile."""
-    return (
-        forward_ad._current_level < 0
-        and not torch._C._len_torch_dispatch_stack()
-        and not torch._C._is_any_autocast_enabled()
-        and not profiling._active
-    )
+    return forward_ad._current_level < 0 and not _dispatch_modes() and not _autocast() and not profiling._active
+
+
+# torch's questions, looked up once (every call on a DeviceTensor asks them).
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_autocast = torch._C._is_any_autocast_enabled
+_grad_enabled = torch.is_grad_enabled
 
 
 def _key(func: Any, args: tuple, kwargs: dict) -> tuple | None:
     """The call's key; None for a call that must take the usual way (an argument autograd
     records, tensors of two devices, an argument of a kind the key cannot hold)."""
-    grad = torch.is_grad_enabled()
+    grad = _grad_enabled()
     key: list = [func]
     device = None
     for value in (*args, *kwargs.values()) if kwargs else args:

@@ -85,10 +85,12 @@ class TorchBuffer(Buffer):
 
     __slots__ = ("_hal", "stream")
 
-    def __init__(self, device: Device, tensor: torch.Tensor, stream: tuple[int, int, int] | None = None) -> None:
+    def __init__(
+        self, device: Device, tensor: torch.Tensor, stream: tuple[int, int, int] | None = None, nbytes: int | None = None
+    ) -> None:
         self.device = device
         self.shared = tensor
-        self.nbytes = tensor.numel() * tensor.element_size()
+        self.nbytes = tensor.numel() * tensor.element_size() if nbytes is None else nbytes
         device.memory.held(self.nbytes)
         self.stream = (stream or _stream_key(tensor)) if tensor.is_cuda else None
         self._hal = self.reader = None
@@ -144,15 +146,18 @@ def shared_view(tensor: DeviceTensor, stream: tuple[int, int, int] | None = None
     if capturing:
         captured_reads.append(storage)
     buffer = storage.buffer
-    parts = STORAGE_ONLY.get(storage.dtype)  # complex storage crosses DLPack as its real parts
     whole = buffer.shared
     if whole is None:
+        parts = STORAGE_ONLY.get(storage.dtype)
         count = storage.numel * (2 if parts else 1)
         whole = buffer.shared = torch.from_dlpack(export_capsule(buffer, count, ELEMENT_TYPES[parts or storage.dtype]))
-    elif isinstance(buffer, TorchBuffer) and buffer.stream is not None:
+    elif type(buffer) is TorchBuffer and buffer.stream is not None:
         current = stream or _stream_key(whole)
         if current != buffer.stream and not capturing:
             _stream(current).wait_stream(_stream(buffer.stream))
+    if tensor._dense and whole.shape == tensor._key[0]:
+        return whole  # the common case: the buffer's view was kept in this shape (never complex: see below)
+    parts = STORAGE_ONLY.get(storage.dtype)  # complex storage crosses DLPack as its real parts (twice the numbers)
     if parts:
         return torch.view_as_complex(whole.view(-1, 2)).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
     if tensor._dense and whole.numel() == storage.numel:  # the whole buffer in the tensor's shape,
@@ -238,7 +243,8 @@ def adopt(result: torch.Tensor, device: Device, stream: tuple[int, int, int] | N
     """A torch result as a DeviceTensor over the same memory (IREE takes it when it needs it);
     ``stream``: the key of the torch stream that made it, if the caller has it."""
     if as_it_is(result):
-        return _layout(result.shape, result.dtype).make(TorchBuffer(device, result, stream), None, turbine_device(device))
+        layout = _layout(result.shape, result.dtype)
+        return layout.make(TorchBuffer(device, result, stream, layout.nbytes), None, turbine_device(device))
     if result.is_conj() or result.is_neg():  # torch's lazy conj/neg bits, made real
         result = result.resolve_conj().resolve_neg()
     dense = result.contiguous()
