@@ -16,6 +16,7 @@ import torch
 import turbine
 from turbine.config import override
 from turbine.eager import runtime, whole_calls
+from turbine.eager.executors import vendor as vendor_executor
 from turbine.eager.tensor import DeviceTensor
 from checks import D, winner
 
@@ -181,18 +182,19 @@ def test_a_failure_of_torchs_call_falls_back_to_the_usual_way(vendor, dispatched
     x = a.to(D)
     x * x  # timed
     x * x  # learnt
-    real = whole_calls.shared_view
+    real = vendor_executor.call_torch
     failures = []
 
-    def failing(tensor, stream=None):
-        failures.append(tensor)
-        raise RuntimeError("injected")
+    def failing(function, args, kwargs, device, what):
+        if function is what:  # the whole call (an op's own call passes its C++ callable)
+            failures.append(what)
+            raise RuntimeError("injected")
+        return real(function, args, kwargs, device, what)
 
-    monkeypatch.setattr(whole_calls, "shared_view", failing)
+    monkeypatch.setattr(vendor_executor, "call_torch", failing)
     dispatched.clear()
     result = x * x
     assert failures and dispatched == ["aten.mul.Tensor"]
-    monkeypatch.setattr(whole_calls, "shared_view", real)
     torch.testing.assert_close(result.cpu(), a * a)
     assert verdict(torch._C.TensorBase.mul) == [False]  # the key keeps the usual way from now on
 

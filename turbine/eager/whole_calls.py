@@ -36,7 +36,8 @@ from turbine.config import config
 from turbine.counters import counters
 from turbine.device import Device
 from turbine.eager import executors, profiling, runtime
-from turbine.eager.executors.torch_kernel import TorchBuffer, adopt, current_stream, finish_reads, raise_if_lost, shared_view, usable
+from turbine.eager.executors import vendor
+from turbine.eager.executors.torch_kernel import TorchBuffer, adopt
 from turbine.eager.plans import ViewPlan
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.timed_plan import TimedPlan
@@ -216,18 +217,6 @@ def _new_dense(result: Any, args: tuple, kwargs: dict) -> bool:
 def _whole(func: Any, args: tuple, kwargs: dict, device: Device, ops: int) -> DeviceTensor:
     """The call on torch tensors over the arguments' memory (the mode is off inside its own
     handler, so ``func`` goes straight to torch); its result a DeviceTensor, as the vendor's."""
-    usable(device)
-    stream = current_stream(device)
-    down = [shared_view(a, stream) if type(a) is DeviceTensor else a for a in args]
-    try:
-        if kwargs:
-            result = func(*down, **{k: shared_view(v, stream) if type(v) is DeviceTensor else v for k, v in kwargs.items()})
-        else:
-            result = func(*down)
-    except Exception as error:
-        raise_if_lost(error, device, func)
-        raise
-    if device.kind == "cuda":
-        finish_reads([a for a in (*args, *kwargs.values()) if type(a) is DeviceTensor], stream)
+    result, stream = vendor.call_torch(func, args, kwargs, device, func)
     counters.executors["vendor"] += ops
     return adopt(result, device, stream)

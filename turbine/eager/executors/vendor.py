@@ -66,27 +66,35 @@ class VendorKernel(TorchKernel):
     def run_torch(self, func: Any, args: tuple, kwargs: dict, device: Device) -> tuple[Any, tuple | None]:
         """:meth:`run`'s results as torch made them, and the key of the stream it made them on
         (in-place foreach ops put them in their targets' storages as they are: eager/foreach.py).
-        Arguments are mapped by hand, lists of tensors one level deep as aten's schemas have them:
-        a tree walk (torch.utils._pytree) cost more than the op on a foreach call's lists. The
-        op's C++ callable (``_op``) is called straight, past OpOverload's Python ``__call__``."""
-        inputs: list[DeviceTensor] = []
-        usable(device)
-        stream = current_stream(device)
-        try:
-            positional = [_down(a, inputs, device, stream) for a in args]
-            if kwargs:
-                result = func._op(*positional, **{k: _down(v, inputs, device, stream) for k, v in kwargs.items()})
-            else:  # the usual call: no keyword mapping to build
-                result = func._op(*positional)
-        except Exception as error:
-            raise_if_lost(error, device, func)
-            raise
-        finish_reads(inputs, stream)
-        return result, stream
+        The op's C++ callable (``_op``) is called straight, past OpOverload's Python ``__call__``."""
+        return call_torch(func._op, args, kwargs, device, func)
 
     def claims(self, func: Any, device: Device | None, dtypes: list[torch.dtype]) -> bool:
         """Whether it competes for a call of ``func`` whose tensors have ``dtypes``."""
         return bool(dtypes) and self.cost(func, device) is not None
+
+
+def call_torch(function: Any, args: tuple, kwargs: dict, device: Device, what: Any) -> tuple[Any, tuple | None]:
+    """``function`` (an aten op's callable, or a torch function: eager/whole_calls.py) on torch
+    tensors over the arguments' memory, on the calling thread's torch stream; its results as torch
+    made them, and that stream's key. Arguments are mapped by hand, lists of tensors one level
+    deep as aten's schemas have them: a tree walk (torch.utils._pytree) cost more than the op on a
+    foreach call's lists. A lost GPU context is raised as such, naming ``what``."""
+    inputs: list[DeviceTensor] = []
+    usable(device)
+    stream = current_stream(device)
+    try:
+        positional = [shared_view(a, stream) if type(a) is DeviceTensor else _down(a, inputs, device, stream) for a in args]
+        if kwargs:
+            result = function(*positional, **{k: _down(v, inputs, device, stream) for k, v in kwargs.items()})
+        else:  # the usual call: no keyword mapping to build
+            result = function(*positional)
+    except Exception as error:
+        raise_if_lost(error, device, what)
+        raise
+    if stream is not None:  # a GPU's: IREE's memory that torch read waits for torch's streams
+        finish_reads([a for a in args if type(a) is DeviceTensor] + inputs, stream)
+    return result, stream
 
 
 def _down(value: Any, inputs: list[DeviceTensor], device: Device, stream: tuple[int, int, int] | None) -> Any:
@@ -94,11 +102,17 @@ def _down(value: Any, inputs: list[DeviceTensor], device: Device, stream: tuple[
     (noted in ``inputs``), a list of them item by item, the turbine device as torch's. A function
     of its own, not a closure: a closure that calls itself is a reference cycle, which kept every
     call's inputs (and their device memory) alive until Python's cycle collector ran."""
-    if isinstance(value, DeviceTensor):
+    if isinstance(value, DeviceTensor):  # a DeviceTensor subclass, or one inside a list
         inputs.append(value)
         return shared_view(value, stream)
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, (list, tuple)) and value and any(isinstance(v, DeviceTensor) for v in value):
         return [_down(v, inputs, device, stream) for v in value]
     if isinstance(value, torch.device) and value.type == "turbine":
         return torch_device(device)
     return value
+
+
+#: Arguments passed as they are with one check.
+_SCALARS = frozenset((int, float, bool, type(None), torch.dtype))
