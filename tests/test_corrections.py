@@ -283,3 +283,16 @@ def test_multilabel_margin_loss_counts_targets_up_to_the_first_minus_one(reducti
 
     # torch gives the backward op no shape rule: it runs as torch's kernel over the device memory
     check(gradient, scores, target, executor="fallback")
+
+
+@pytest.mark.filterwarnings("ignore:index_reduce.. is in beta")
+def test_an_integer_scatter_mean_rounds_down_as_torchs():
+    """IREE's lowering rounded an integer mean toward zero ((-6 - 9) / 2 gave -7, torch -8)."""
+    x = torch.randint(-9, 10, (10, 5))
+    index = torch.randint(0, 10, (6, 5))
+    src = torch.randint(-9, 10, (6, 5))
+    for include_self in (True, False):
+        check(lambda t, i, s: t.scatter_reduce(0, i, s, "mean", include_self=include_self), x, index, src)
+    check(lambda t, i, s: t.scatter_reduce(1, i, s, "mean"), x.to(torch.int32), index % 5, src.to(torch.int32))
+    check(lambda t, i, s: t.scatter_reduce(0, i, s, "mean"), x.float(), index, src.float())
+    check(lambda t, i, s: t.index_reduce(0, i, s, "mean"), x, torch.tensor([0, 0, 2, 0, 9, 2]), src)

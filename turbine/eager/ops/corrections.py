@@ -161,6 +161,7 @@ declare(
 for _op in (_aten.max_unpool2d.default, _aten.max_unpool3d.default):
     declare(_op, "IREE's lowering dropped values (a width-1 input unpooled to width 3)", correction=_decomposed(_op))
 declare(_aten.logcumsumexp.default, "IREE's gave inf", correction=decompositions.logcumsumexp)
+declare(_aten.scatter_reduce.two, "IREE rounded an integer mean toward zero, torch rounds it down", correction=decompositions.scatter.scatter_reduce)
 declare(
     _aten.upsample_nearest2d_backward.default,
     "IREE's gradient of nearest upsampling by a scale that is not a whole number (1.6, 0.6) added into the wrong places",
