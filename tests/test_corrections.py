@@ -296,3 +296,17 @@ def test_an_integer_scatter_mean_rounds_down_as_torchs():
     check(lambda t, i, s: t.scatter_reduce(1, i, s, "mean"), x.to(torch.int32), index % 5, src.to(torch.int32))
     check(lambda t, i, s: t.scatter_reduce(0, i, s, "mean"), x.float(), index, src.float())
     check(lambda t, i, s: t.index_reduce(0, i, s, "mean"), x, torch.tensor([0, 0, 2, 0, 9, 2]), src)
+
+
+def test_scatters_along_a_dim_counted_from_the_back():
+    """IREE 3.13 scattered along the wrong dim for a dim below -2: sort's backward along dim -3
+    (a scatter of the gradient) gave wrong gradients."""
+    x = torch.randn(3, 4, 5, 2)
+    for dim in (-4, -3):
+        index = torch.argsort(torch.randn(3, 4, 5, 2), dim)
+        check(lambda t, i, s: t.scatter(dim, i, s), torch.zeros(3, 4, 5, 2), index, x)
+        check(lambda t, i: t.scatter(dim, i, 2.5), torch.zeros(3, 4, 5, 2), index)
+        check(lambda t, i, s: t.scatter_add(dim, i, s), torch.ones(3, 4, 5, 2), index, x)
+        check(lambda t, i, s: t.scatter_reduce(dim, i, s, "amax", include_self=False), torch.ones(3, 4, 5, 2), index, x)
+    leaf = torch.randn(5, 5, 5, requires_grad=True)
+    check(lambda t: torch.autograd.grad(torch.sort(t, -3, descending=True)[0].mul(torch.arange(125.0, device=t.device).view(5, 5, 5)).sum(), t)[0], leaf)

@@ -80,7 +80,9 @@ def scatter_reduce(
     rounded toward zero: -7.5 became -7 where torch gives -8): the sum over the count of values
     each place took, itself included where ``include_self``; a place that took none keeps its
     value. Every other reduce and dtype is the op as it is. (A correction in the op registry:
-    eager/ops/corrections.py.)"""
+    eager/ops/corrections.py, which also counts ``dim`` from the front here: IREE 3.13 scattered
+    along the wrong dim for a dim below -2.)"""
+    dim = dim % max(input.dim(), 1)
     if reduce != "mean" or input.dtype not in _INTEGERS:
         return aten.scatter_reduce.two(input, dim, index, src, reduce, include_self=include_self)
     total = aten.scatter_reduce.two(input, dim, index, src, "sum", include_self=include_self)

@@ -101,6 +101,17 @@ def _nan_first(op: torch._ops.OpOverload) -> Callable:
     return corrected
 
 
+def _dim_from_the_front(op: torch._ops.OpOverload) -> Callable:
+    """``op`` with its dim (the argument after the input) counted from the front: IREE 3.13
+    scattered along the wrong dim for any dim below -2 (sort's backward along dim -3 gave wrong
+    gradients)."""
+
+    def corrected(input: torch.Tensor, dim: int, *rest: Any, **kwargs: Any) -> torch.Tensor:
+        return op(input, dim % max(input.dim(), 1), *rest, **kwargs)
+
+    return corrected
+
+
 def _decomposed(op: torch._ops.OpOverload) -> Callable:
     """torch's own decomposition of ``op``."""
     return torch._decomp.get_decompositions([op])[op]
@@ -161,7 +172,13 @@ declare(
 for _op in (_aten.max_unpool2d.default, _aten.max_unpool3d.default):
     declare(_op, "IREE's lowering dropped values (a width-1 input unpooled to width 3)", correction=_decomposed(_op))
 declare(_aten.logcumsumexp.default, "IREE's gave inf", correction=decompositions.logcumsumexp)
-declare(_aten.scatter_reduce.two, "IREE rounded an integer mean toward zero, torch rounds it down", correction=decompositions.scatter.scatter_reduce)
+declare(
+    _aten.scatter_reduce.two,
+    "IREE rounded an integer mean toward zero, torch rounds it down; it scattered along the wrong dim for a dim below -2",
+    correction=decompositions.scatter.scatter_reduce,
+)
+for _op in (_aten.scatter.src, _aten.scatter.value, _aten.scatter.reduce, _aten.scatter.value_reduce, _aten.scatter_add.default):
+    declare(_op, "IREE 3.13 scattered along the wrong dim for a dim below -2", correction=_dim_from_the_front(_op))
 declare(
     _aten.upsample_nearest2d_backward.default,
     "IREE's gradient of nearest upsampling by a scale that is not a whole number (1.6, 0.6) added into the wrong places",
