@@ -310,3 +310,22 @@ def test_scatters_along_a_dim_counted_from_the_back():
         check(lambda t, i, s: t.scatter_reduce(dim, i, s, "amax", include_self=False), torch.ones(3, 4, 5, 2), index, x)
     leaf = torch.randn(5, 5, 5, requires_grad=True)
     check(lambda t: torch.autograd.grad(torch.sort(t, -3, descending=True)[0].mul(torch.arange(125.0, device=t.device).view(5, 5, 5)).sum(), t)[0], leaf)
+
+
+def test_pow_is_as_precise_as_torchs():
+    """IREE's pow is exp(log(base) * exponent): in float32 up to 2e-6 off, 30 times torch's error."""
+    base = torch.rand(4000) * 9 + 0.5
+    exponent = torch.rand(4000) * 18 - 9
+    check(torch.pow, base, exponent, rtol=2e-7, atol=0)
+    check(lambda b: b ** 7.3, base, rtol=2e-7, atol=0)
+    check(lambda e: 4.55 ** e, exponent, rtol=2e-7, atol=0)
+    check(torch.pow, -base, exponent.round())  # negative bases, integral exponents
+
+
+def test_logcumsumexp_gradients_of_large_inputs():
+    """The backward subtracts results from inputs: a float32 scan's rounding made gradients of
+    inputs near 10000 0.6% off; the scan runs in float64, as torch's CPU kernel does."""
+    x = (torch.randn(5, 6) + 10000).requires_grad_()
+    upstream = torch.randn(5, 6)
+    for dim in (0, 1):
+        check(lambda t, u: torch.autograd.grad(t.logcumsumexp(dim), t, u)[0], x, upstream)
