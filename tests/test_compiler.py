@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import turbine
+from turbine.config import override
 from turbine.eager import lowering
 from turbine.kernels_cache import Target, compile_mlir, tracing
 
@@ -68,3 +69,24 @@ def test_a_trace_torch_refuses_logs_nothing_of_torchs():
         assert [r.getMessage() for r in records] == ["torch's own"]
     finally:
         logger.removeHandler(handler)
+
+
+def test_a_compile_past_the_time_limit_is_stopped_and_the_next_compile_works():
+    """IREE 3.13 never finished some compiles (a 3-D grid sampler's gradient for a single-point
+    grid); past ``TURBINE_COMPILE_TIMEOUT`` the compiler process is stopped and replaced."""
+    good = lowering.lower(lambda x: [x * 2], [((3,), torch.float32)])
+    with override(compile_timeout=0.001), pytest.raises(turbine.CompileTimeout, match=r"more than 0.001 s.*TURBINE_COMPILE_TIMEOUT"):
+        compile_mlir(good, CPU)
+    assert len(compile_mlir(good, CPU)) > 0
+
+
+@pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
+def test_an_op_whose_compile_timed_out_falls_back_and_its_failure_stays_off_the_disk(fresh_cache, stats):
+    """The op runs by the fallback policy; the disk cache keeps no failure (a busy machine may
+    have slowed the compile), and a new session compiles it again."""
+    x = torch.randn(7, 3)
+    with override(compile_timeout=0.001, background_compile=False):
+        result = torch.exp(x.to("turbine:cpu"))
+    torch.testing.assert_close(result.cpu(), torch.exp(x))
+    assert stats()["compile_failures"] >= 1 and stats()["fallbacks"]
+    assert not fresh_cache.failures()

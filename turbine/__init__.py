@@ -39,6 +39,7 @@ from turbine.eager.mode import enable_in_thread
 from turbine.eager.profiling import Profile, profile
 from turbine.errors import (
     CompileError,
+    CompileTimeout,
     DeviceNotFoundError,
     TurbineError,
     UnsupportedDtypeError,
@@ -73,6 +74,7 @@ def current_device() -> Device:
 
 __all__ = [
     "CompileError",
+    "CompileTimeout",
     "Device",
     "DeviceNotFoundError",
     "DeviceTensor",

@@ -89,6 +89,9 @@ class Config:
     background_compile: bool = True
     #: Compiler processes that may compile kernels at the same time (read at the first compile).
     compile_jobs: int = dataclasses.field(default_factory=lambda: len(os.sched_getaffinity(0)))
+    #: Seconds one kernel's compile may take before its compiler process is stopped and the op
+    #: runs by the fallback policy (0: no limit). The slowest compiles seen take under 90 s.
+    compile_timeout: float = 300.0
     #: Keep torch's own CUDA autograd working beside turbine (eager/accelerator_fix.py). Read
     #: once, at import.
     fix_cuda_autograd: bool = True
@@ -130,6 +133,7 @@ class Config:
             runtime_flags=tuple(os.environ.get("TURBINE_RUNTIME_FLAGS", "").split()),
             background_compile=_env_bool("TURBINE_BACKGROUND_COMPILE", True),
             compile_jobs=_env_int("TURBINE_COMPILE_JOBS", len(os.sched_getaffinity(0)), "processes"),
+            compile_timeout=_env_int("TURBINE_COMPILE_TIMEOUT", 300, "seconds"),
             fix_cuda_autograd=_env_bool("TURBINE_FIX_CUDA_AUTOGRAD", True),
             launch_blocking=_env_bool("TURBINE_LAUNCH_BLOCKING", False),
             executors=os.environ.get("TURBINE_EXECUTORS", "auto").strip() or "auto",

@@ -25,6 +25,13 @@ class CompileError(TurbineError):
         self.diagnostics = diagnostics
 
 
+class CompileTimeout(CompileError):
+    """The IREE compiler took longer than ``TURBINE_COMPILE_TIMEOUT`` on a kernel (IREE 3.13
+    never finished some: a 3-D grid sampler's gradient for a single-point grid). Kept for the
+    session only, not in the kernel cache on disk: a machine busy enough to slow a compile that
+    much may not be next time."""
+
+
 class UnsupportedOpError(TurbineError):
     """An op that no executor can run on a turbine device."""
 

@@ -20,7 +20,7 @@ from typing import Callable, Protocol, Sequence
 from turbine.config import config
 from turbine.counters import counters
 from turbine.device import Device
-from turbine.errors import CompileError
+from turbine.errors import CompileError, CompileTimeout
 from turbine.kernels_cache import bundles
 from turbine.kernels_cache.compiler import compile_mlir
 from turbine.kernels_cache.kernel import Kernel, LoadedModule
@@ -395,7 +395,7 @@ class KernelCache:
             with self._lock:
                 counters.compile_failures += 1
                 self._failed[key] = failure
-            if self.store is not None:
+            if self.store is not None and not isinstance(error, CompileTimeout):  # a timeout: this session's
                 self.store.save_failure(digest, str(error), {"op": describe})
             raise copy.copy(failure) from None
         finally:
@@ -445,7 +445,8 @@ def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> tu
     if not others:
         raise first
     lines = "\n".join(f"alternative {i}: {_first_line(str(e))}" for i, e in enumerate(others, 2))
-    raise CompileError(f"{first}\n{lines}", first.diagnostics)
+    kind = CompileTimeout if any(isinstance(e, CompileTimeout) for e in errors) else CompileError
+    raise kind(f"{first}\n{lines}", first.diagnostics)
 
 
 def _first_line(message: str) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 from turbine.config import config
-from turbine.errors import CompileError
+from turbine.errors import CompileError, CompileTimeout
 from turbine.kernels_cache import compile_worker
 from turbine.kernels_cache.target import Target
 
@@ -32,6 +32,7 @@ class _CompilerProcess:
 
     def __init__(self) -> None:
         self.log = tempfile.TemporaryFile(mode="w+b")
+        self.stopped = False  # by the watchdog of a compile past config.compile_timeout
         self.process = subprocess.Popen(
             [sys.executable, str(_WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log
         )
@@ -40,13 +41,34 @@ class _CompilerProcess:
 
     def compile(self, text: str, flags: list[str]) -> tuple[bool, bytes, str]:
         compile_worker.send(self.process.stdin, (text, flags))
-        reply = compile_worker.receive(self.process.stdout)
+        limit = config.compile_timeout
+        watchdog = threading.Timer(limit, self._stop) if limit > 0 else None
+        self.stopped = False
+        if watchdog is not None:
+            watchdog.daemon = True
+            watchdog.start()
+        try:
+            reply = compile_worker.receive(self.process.stdout)
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+        if reply is None and self.stopped:
+            raise CompileTimeout(
+                f"the IREE compiler took more than {limit:g} s on this kernel and was stopped (TURBINE_COMPILE_TIMEOUT "
+                "sets the limit in seconds, 0 for none); the next compile starts a new compiler process."
+            )
         if reply is None:
             raise CompileError(
                 f"the IREE compiler crashed on this kernel ({self.crash_report()}); your session goes on "
                 "and the next compile starts a new compiler process."
             )
         return reply
+
+    def _stop(self) -> None:
+        """The watchdog's end of a compile past the time limit: the process is killed, which ends
+        the compile's reply early."""
+        self.stopped = True
+        self.process.kill()
 
     def crash_report(self) -> str:
         status = self.process.wait(timeout=30)
