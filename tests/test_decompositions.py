@@ -9,6 +9,7 @@ import torch
 
 import turbine
 from checks import D, check
+from turbine.config import override
 
 
 # IREE's CPU code flushes subnormal floats to zero, so the special values stay normal.
@@ -106,6 +107,21 @@ def test_grid_sample_3d_and_its_gradients(mode, padding_mode):
         return (out, *torch.autograd.grad(out, (t, g), up))
 
     check_on_iree(sampled_and_gradients, x, grid, torch.randn(2, 3, 3, 4, 5), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.timeout(120)
+def test_grid_sample_3d_gradient_of_a_single_point():
+    """IREE 3.13 never finished compiling this gradient for a grid of one point (over 10
+    minutes); turbine takes it as two points, the second's gradient zero."""
+    torch.manual_seed(0)
+
+    def sampled_and_gradients(t, g):
+        t, g = t.detach().requires_grad_(), g.detach().requires_grad_()
+        out = torch.nn.functional.grid_sample(t, g, align_corners=False)
+        return (out, *torch.autograd.grad(out.sum(), (t, g)))
+
+    with override(compile_timeout=100):  # a hang fails here, not at the suite's limit
+        check_on_iree(sampled_and_gradients, torch.randn(1, 1, 2, 2, 2), torch.rand(1, 1, 1, 1, 3) * 2 - 1)
 
 
 def test_hardshrink_gradient():

@@ -66,7 +66,15 @@ def grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, paddi
 @registers(aten.grid_sampler_3d_backward.default)
 def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
     """3-D grid_sample's gradient (volumetric registration, video warps): the gradient of
-    turbine's decomposition of the forward (decompositions/sampling.py)."""
+    turbine's decomposition of the forward (decompositions/sampling.py). A grid of one point is
+    taken as two, the second's gradient zero: IREE 3.13 never finished compiling the gradient
+    for one point (over 10 minutes), and compiles two in seconds."""
+    single = grid.shape[1] * grid.shape[2] * grid.shape[3] == 1
+    if single:
+        grid = torch.cat([grid, grid], 3)
+        grad_output = torch.cat([grad_output, torch.zeros_like(grad_output)], 4)
     grad_input, grad_grid = vjp(lambda i, g: grid_sampler_3d(i, g, interpolation_mode, padding_mode, align_corners), (input, grid), grad_output)
+    if single:
+        grad_grid = grad_grid.narrow(3, 0, 1)
     return (grad_input if output_mask[0] else None), (grad_grid if output_mask[1] else None)
 
