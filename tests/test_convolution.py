@@ -96,3 +96,35 @@ def test_convolution_backward_returns_only_the_gradients_asked_for():
                 torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
             else:
                 assert got is None
+
+
+ONE_WIDE = {
+    # name: (input shape, weight shape, options): outputs one wide along a dim, the padded input
+    # wider there than the kernel's reach
+    "depthwise 3x3 stride 2 on 2x2 (MobileViT)": ((2, 8, 2, 2), (8, 1, 3, 3), dict(stride=2, padding=1, groups=8)),
+    "depthwise 3x3 stride 4, no padding, one dim": ((2, 4, 5, 9), (4, 1, 3, 3), dict(stride=(4, 1), groups=4)),
+    "1-D": ((2, 6, 2), (6, 1, 3), dict(stride=2, padding=1, groups=6)),
+    "3-D": ((1, 4, 2, 2, 2), (4, 4, 3, 3, 3), dict(stride=2, padding=1)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ONE_WIDE))
+def test_convolutions_one_wide_run_on_the_part_they_read(case, stats):
+    """IREE 3.13 could not compile a convolution (other than a plain 2-D one, a matmul here)
+    whose output is one wide along a dim where the padded input is wider than the kernel's
+    reach: MobileViT's depthwise layers fell back. It runs on the part of the input it reads."""
+    input_shape, weight_shape, options = ONE_WIDE[case]
+    leaves = [torch.randn(input_shape), torch.randn(weight_shape), torch.randn(weight_shape[0])]
+    leaves = [t.requires_grad_() for t in leaves]
+    convolution = [None, None, None, torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d][len(input_shape)]
+    expected = convolution(*leaves, **options)
+    upstream = torch.randn(expected.shape)
+    expected_grads = torch.autograd.grad(expected, leaves, upstream)
+    device_leaves = [t.detach().to(D).requires_grad_() for t in leaves]
+    with turbine.fallback("error"):
+        actual = convolution(*device_leaves, **options)
+        actual_grads = torch.autograd.grad(actual, device_leaves, upstream.to(D))
+    torch.testing.assert_close(actual.detach().cpu(), expected.detach(), rtol=1e-4, atol=1e-4)
+    for got, want in zip(actual_grads, expected_grads):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+    assert stats()["fallbacks"] == {}

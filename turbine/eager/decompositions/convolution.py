@@ -21,7 +21,8 @@ with the fallback): its input gradient is that convolution run forward on the ou
 its weight gradient that convolution's weight gradient with the roles of input and output
 swapped (im2col in 2-D, IREE's own lowering in 1-D and 3-D, which it compiles for plain ones).
 
-Grouped, 1-D and 3-D convolutions, and dilated input gradients, keep IREE's lowering.
+Grouped, 1-D and 3-D convolutions, and dilated input gradients, keep IREE's lowering, except
+those whose output is one wide along a dim: they run on the part of the input they read.
 """
 
 from __future__ import annotations
@@ -53,7 +54,12 @@ def convolution(
     output_padding: list[int],
     groups: int,
 ) -> torch.Tensor:
-    """``aten.convolution``: strided 2-D ones as im2col and a matmul, the rest as they are."""
+    """``aten.convolution``: strided 2-D ones as im2col and a matmul, the rest as they are (one
+    whose output is one wide along a dim on the part of the input it reads)."""
+    if not transposed and not _plain_2d(weight, transposed, groups):
+        window = _read_window(input, weight, stride, padding, dilation)
+        if window is not None:
+            return aten.convolution.default(window, weight, bias, stride, [0] * len(padding), dilation, False, output_padding, groups)
     if not _plain_2d(weight, transposed, groups):
         return aten.convolution.default(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     if list(stride) == [1, 1]:
@@ -101,6 +107,8 @@ def convolution_backward(
     """``aten.convolution_backward`` for plain 2-D convolutions and transposed ones (see the module docstring)."""
     if transposed:
         return _transposed_backward(grad_output, input, weight, stride, padding, dilation, groups, output_mask)
+    if not _plain_2d(weight, transposed, groups) and _read_window(input, weight, stride, padding, dilation) is not None:
+        return _windowed_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, output_padding, groups, output_mask)
     if not _plain_2d(weight, transposed, groups):
         return aten.convolution_backward.default(
             grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
@@ -119,6 +127,45 @@ def convolution_backward(
         grad_weight = _weight_gradient(grad_output, input, weight, stride, padding, dilation)
     if output_mask[2]:
         grad_bias = grad_output.sum([0, 2, 3])
+    return grad_input, grad_weight, grad_bias
+
+
+def _read_window(input, weight, stride, padding, dilation) -> torch.Tensor | None:
+    """The padded input cut to the part the convolution reads, where its output is one wide along
+    some dim and the padded input is wider there than the kernel's reach; else None. IREE 3.13
+    could not compile a convolution of that shape ('linalg.generic' op inferred input/output
+    operand #1 has shape's dimension #1 to be 4, but found 3: MobileViT's depthwise 3x3, stride
+    2, on a 2x2 map; 1-D and 3-D ones alike); cut to the kernel's reach, it compiles. (Plain 2-D
+    convolutions are matmuls here, which never met it.)"""
+    dims = weight.dim() - 2
+    reach = [dilation[d] * (weight.shape[2 + d] - 1) + 1 for d in range(dims)]
+    padded = [input.shape[2 + d] + 2 * padding[d] for d in range(dims)]
+    single = [(padded[d] - reach[d]) // stride[d] + 1 == 1 and padded[d] > reach[d] for d in range(dims)]
+    if not any(single):
+        return None
+    window = F.pad(input, [p for d in reversed(range(dims)) for p in (padding[d], padding[d])])
+    for d in range(dims):
+        if single[d]:
+            window = window.narrow(2 + d, 0, reach[d])
+    return window
+
+
+def _windowed_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, output_padding, groups, output_mask) -> tuple:
+    """The gradients of a convolution run on its read window (:func:`_read_window`): the window's
+    input gradient placed back in the padded input's shape (zero outside what was read) and
+    cropped to the input."""
+    window = _read_window(input, weight, stride, padding, dilation)
+    zeros = [0] * len(padding)
+    grad_window, grad_weight, grad_bias = aten.convolution_backward.default(
+        grad_output, window, weight, bias_sizes, stride, zeros, dilation, False, output_padding, groups, output_mask
+    )
+    grad_input = None
+    if output_mask[0]:
+        dims = len(padding)
+        widths = [input.shape[2 + d] + 2 * padding[d] - window.shape[2 + d] for d in range(dims)]
+        grad_input = F.pad(grad_window, [p for d in reversed(range(dims)) for p in (0, widths[d])])
+        for d in range(dims):
+            grad_input = grad_input.narrow(2 + d, padding[d], input.shape[2 + d])
     return grad_input, grad_weight, grad_bias
 
 

@@ -211,12 +211,12 @@ declare(
 )
 declare(
     _aten.convolution.default,
-    "IREE's strided convolutions ran 8-128x torch's time on the CPU",
+    "IREE's strided convolutions ran 8-128x torch's time on the CPU; ones one wide along a dim did not compile",
     correction=decompositions.convolution.convolution,
 )
 declare(
     _aten.convolution_backward.default,
-    "IREE's convolution gradients ran 8-128x torch's time on the CPU",
+    "IREE's convolution gradients ran 8-128x torch's time on the CPU; ones one wide along a dim did not compile",
     correction=decompositions.convolution.convolution_backward,
 )
 declare(_aten.squeeze.dims, "IREE 3.13 does not know the op, which torch's decompositions emit", decomposition=_squeeze_dims)
