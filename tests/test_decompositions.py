@@ -142,6 +142,25 @@ def test_grid_sample_3d_gradient_is_nearer_exact_than_torchs():
     assert (ours.double() - exact).abs().max() <= torchs / 4
 
 
+@pytest.mark.parametrize("dim", [0, 2])
+def test_weight_norm_gradients(dim, stats):
+    """weight_norm's gradient (wav2vec2, HiFi-GAN and WaveNet vocoders) fell back: IREE 3.13
+    cannot lower ``_weight_norm_interface_backward``."""
+    torch.manual_seed(0)
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(8, 6, 5, padding=2, groups=2), dim=dim)
+    x = torch.randn(2, 8, 12)
+
+    def gradients(x, v, g, b):
+        leaves = [t.detach().requires_grad_() for t in (v, g)]
+        weight = torch._weight_norm(*leaves, dim)
+        out = torch.nn.functional.conv1d(x, weight, b, padding=2, groups=2)
+        return torch.autograd.grad((out * out).sum(), leaves)
+
+    parts = conv.parametrizations.weight
+    check_on_iree(gradients, x, parts.original1.detach(), parts.original0.detach(), conv.bias.detach(), atol=1e-4, rtol=1e-4)
+    assert stats()["fallbacks"] == {}
+
+
 def test_hardshrink_gradient():
     """hardshrink_backward (IREE 3.13 cannot lower it); 0 at NaN, as torch's CPU kernel."""
     x = _inputs(6, 7)

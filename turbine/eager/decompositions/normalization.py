@@ -1,5 +1,5 @@
 """Batch norm in evaluation mode, with the result shapes of torch's shape rule; the row
-renormalisation of ``nn.Embedding(max_norm=...)``."""
+renormalisation of ``nn.Embedding(max_norm=...)``; weight normalisation's gradient."""
 
 from __future__ import annotations
 
@@ -49,3 +49,18 @@ def batch_norm_eval(
     if bias is not None:
         output = output + bias.to(dtype).reshape(shape)
     return output.to(input.dtype), mean, invstd
+
+
+@registers(aten._weight_norm_interface_backward.default)
+def weight_norm_interface_backward(
+    grad_w: torch.Tensor, saved_v: torch.Tensor, saved_g: torch.Tensor, saved_norms: torch.Tensor, dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """weight_norm's gradient (wav2vec2's positional convolution, HiFi-GAN and WaveNet vocoders:
+    IREE 3.13 cannot lower it). With w = g * v / |v|, the norm over every dim but ``dim``:
+    grad_g = sum(grad_w * v) / |v| and grad_v = g / |v| * (grad_w - v * grad_g / |v|)."""
+    dim = dim % saved_v.dim()
+    others = [d for d in range(saved_v.dim()) if d != dim]
+    sums = (grad_w * saved_v).sum(others, keepdim=True).reshape(saved_norms.shape)
+    grad_g = sums / saved_norms
+    grad_v = saved_g / saved_norms * (grad_w - saved_v * (grad_g / saved_norms))
+    return grad_v, grad_g
