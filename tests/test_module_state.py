@@ -200,3 +200,14 @@ def test_native_batch_norm_legit_called_to_evaluate_gives_the_output_and_the_rul
     expected = torch.ops.aten._native_batch_norm_legit(x, None, None, mean, var, False, 0.1, 1e-5)[0]
     torch.testing.assert_close(out.cpu(), expected)
     assert saved_mean.shape == saved_invstd.shape == (3,)
+
+
+def test_a_lazy_modules_uninitialized_parameters_say_how_to_move_them():
+    """A lazy module cannot move before its first call (its parameters have no shape yet): the
+    error says so and what to do, where torch's own said a parameter was used uninitialized."""
+    lazy = torch.nn.LazyLinear(4)
+    with pytest.raises(RuntimeError, match="uninitialized parameter of a lazy module.*Run the module once on a CPU batch"):
+        lazy.to(D)
+    x = torch.randn(3, 5)
+    expected = lazy(x)  # initialized on the CPU, as the message says; then it moves
+    torch.testing.assert_close(lazy.to(D)(x.to(D)).cpu(), expected)

@@ -62,6 +62,11 @@ def _tensor_to(tensor: torch.Tensor, device: Device, dtype: torch.dtype | None, 
     source = tensor
     if isinstance(tensor, DeviceTensor):
         return torch.Tensor.to(tensor, target, dtype or tensor.dtype, **rest)
+    if isinstance(tensor, torch.nn.parameter.UninitializedTensorMixin):
+        raise RuntimeError(
+            f"turbine cannot move an uninitialized parameter of a lazy module to {device.name}: its shape is not "
+            "known yet. Run the module once on a CPU batch (which sets its shapes), then move it with .to()."
+        )
     if tensor.device.type != "cpu":
         tensor = tensor.cpu()
     if dtype is not None:
