@@ -329,3 +329,16 @@ def test_logcumsumexp_gradients_of_large_inputs():
     upstream = torch.randn(5, 6)
     for dim in (0, 1):
         check(lambda t, u: torch.autograd.grad(t.logcumsumexp(dim), t, u)[0], x, upstream)
+
+
+def test_pow_gives_cs_special_values():
+    """IREE's pow (exp(log(base) * exponent)) gave 0.0 ** -2 = -inf, (-0.0) ** -3 = +inf,
+    (-inf) ** 1.5 = NaN and (-1) ** inf = NaN, where torch follows C's pow."""
+    special = [0.0, -0.0, 2.0, -2.0, float("inf"), float("-inf"), float("nan"), 1.0, -1.0, 0.3]
+    x = torch.tensor(special)
+    for exponent in (-2, -1, -0.5, 0, 0.5, 2, 3, -3, 1.5, 4, float("inf"), float("-inf"), float("nan")):
+        check(lambda t: t**exponent, x, equal_nan=True)
+    bases, exponents = torch.tensor(special).repeat_interleave(10), torch.tensor(special).repeat(10)
+    check(torch.pow, bases, exponents, equal_nan=True)
+    result = (x.to(D) ** -3).cpu()
+    assert torch.equal(torch.signbit(result[:2]), torch.tensor([False, True]))  # +inf, -inf

@@ -23,29 +23,6 @@ def _squeeze_dims(tensor: torch.Tensor, dims: list[int]) -> torch.Tensor:
     return torch.ops.aten.reshape.default(tensor, shape)
 
 
-def _pow_tensor_tensor(base: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
-    """``pow`` with a tensor exponent (or a runtime scalar one), right for negative bases and
-    as precise as torch's.
-
-    IREE computes it as exp(log(base) * exponent): a negative base gave NaN even for an integral
-    exponent, where torch gives (-2) ** 2 == 4, and in float32 the product's rounding reached the
-    result (up to 2e-6 off, 30 times torch's error; __rpow__'s gradients missed torch's). The
-    magnitude comes from |base|, float32 computed in float64, and the sign from the exponent's
-    parity; non-integral powers of negative numbers stay NaN as in torch.
-    """
-    aten = torch.ops.aten
-    result = aten.pow.Tensor_Tensor(base, exponent)
-    if not result.dtype.is_floating_point:
-        return result
-    wide = torch.float64 if result.dtype == torch.float32 else result.dtype
-    base, exponent = base.to(wide), exponent.to(wide)
-    magnitude = aten.pow.Tensor_Tensor(base.abs(), exponent)
-    integral = exponent == exponent.floor()
-    odd = aten.remainder.Scalar(exponent, 2) == 1
-    negative = torch.where(integral, torch.where(odd, -magnitude, magnitude), torch.full_like(magnitude, float("nan")))
-    return torch.where(base < 0, negative, magnitude).to(result.dtype)
-
-
 def _select_scatter(input: torch.Tensor, src: torch.Tensor, dim: int, index: int) -> torch.Tensor:
     """``select_scatter`` with a non-negative index: IREE 3.13 wrote a negative one to the wrong place."""
     size = input.shape[dim]
@@ -142,7 +119,12 @@ def _convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.ops.aten._to_copy.default(x, dtype=dtype)
 
 
-declare(_aten.pow.Tensor_Tensor, "IREE computes it as exp(log(base) * exponent): NaN for negative bases, 2e-6 off in float32", correction=_pow_tensor_tensor)
+declare(
+    _aten.pow.Tensor_Tensor,
+    "IREE computes it as exp(log(base) * exponent): NaN for negative bases, 2e-6 off in float32, C's special values wrong",
+    correction=decompositions.powers.pow_tensor_tensor,
+)
+declare(_aten.pow.Tensor_Scalar, "IREE's 0.0 ** -2 was -inf: torch's special exponents, exactly", correction=decompositions.powers.pow_tensor_scalar)
 for _op in (_aten.leaky_relu_backward.default, _aten.softshrink.default):
     declare(_op, "IREE's lowering took the wrong branch for many elements; torch's decomposition is right", correction=_decomposed(_op))
 declare(_aten.select_scatter.default, "IREE 3.13 wrote a negative index to the wrong place", correction=_select_scatter)
