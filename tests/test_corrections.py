@@ -342,3 +342,21 @@ def test_pow_gives_cs_special_values():
     check(torch.pow, bases, exponents, equal_nan=True)
     result = (x.to(D) ** -3).cpu()
     assert torch.equal(torch.signbit(result[:2]), torch.tensor([False, True]))  # +inf, -inf
+
+
+def test_activations_at_their_bounds_and_at_nan():
+    """IREE 3.13 passed relu6's and hardtanh's gradient at their bounds (MobileNet's relu6 at
+    exactly 0), turned NaN into threshold's value and hardshrink's 0, stopped relu's gradient at
+    NaN and gave softplus a gradient there, where torch's CPU kernels do as checked here."""
+    F = torch.nn.functional
+    x = torch.tensor([float("nan"), -1.0, -0.0, 0.0, 0.3, 1.0, 6.0, 7.0, 25.0])
+    upstream = torch.arange(1.0, 10.0)
+
+    def gradient(fn):
+        return lambda t, u: torch.autograd.grad(fn(t), t, u)[0]
+
+    leaf = x.clone().requires_grad_()
+    for fn in (F.relu6, F.hardtanh, lambda t: F.hardtanh(t, 0.0, 6.0), torch.relu, F.softplus, lambda t: F.threshold(t, 0.3, -2.0)):
+        check(fn, x, equal_nan=True)
+        check(gradient(fn), leaf, upstream, equal_nan=True)
+    check(F.hardshrink, x, equal_nan=True)

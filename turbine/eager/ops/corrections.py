@@ -201,6 +201,14 @@ declare(
     "IREE's convolution gradients ran 8-128x torch's time on the CPU; ones one wide along a dim did not compile",
     correction=decompositions.convolution.convolution_backward,
 )
+for _op, _correction, _why in (
+    (_aten.threshold.default, decompositions.activations.threshold, "IREE's gave the value at NaN, torch's keeps NaN"),
+    (_aten.threshold_backward.default, decompositions.activations.threshold_backward, "IREE's gave 0 at NaN, torch's passes the gradient"),
+    (_aten.hardtanh_backward.default, decompositions.activations.hardtanh_backward, "IREE's passed the gradient at the bounds (relu6 at 0 and 6)"),
+    (_aten.hardshrink.default, decompositions.activations.hardshrink, "IREE's gave 0 at NaN, torch's keeps NaN"),
+    (_aten.softplus_backward.default, decompositions.activations.softplus_backward, "IREE's passed the gradient at NaN, torch's gives NaN"),
+):
+    declare(_op, _why, correction=_correction)
 declare(_aten.squeeze.dims, "IREE 3.13 does not know the op, which torch's decompositions emit", decomposition=_squeeze_dims)
 declare(
     torch.ops.prims.convert_element_type.default,
