@@ -360,3 +360,16 @@ def test_activations_at_their_bounds_and_at_nan():
         check(fn, x, equal_nan=True)
         check(gradient(fn), leaf, upstream, equal_nan=True)
     check(F.hardshrink, x, equal_nan=True)
+
+
+def test_functions_near_zero_are_exact_to_float32():
+    """IREE 3.13 computed elu's exp(x) - 1, asinh's log(x + sqrt(x * x + 1)), atanh's
+    log((1 + x) / (1 - x)) and sinh's exp(x) - exp(-x) as written: 5-30% off for small x, where
+    torch is exact to float32; its cosh overflowed before 89 (torch's: 2.2e38)."""
+    F = torch.nn.functional
+    small = torch.cat([torch.logspace(-30, 0, 61), -torch.logspace(-30, 0, 61), torch.linspace(-12, 12, 97)])
+    specials = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 89.0, -89.0, 1e30])
+    for fn in (F.elu, F.selu, lambda t: F.celu(t, 0.7), torch.asinh, torch.sinh, torch.cosh, lambda t: torch.atanh(t / 13)):
+        check(fn, small, rtol=5e-7, atol=0)
+        check(fn, specials, equal_nan=True)
+    check(torch.atanh, torch.tensor([0.99999, -0.99999, 1.0, -1.0, 1.5, 1e-20, -1e-30]), rtol=5e-7, atol=0, equal_nan=True)

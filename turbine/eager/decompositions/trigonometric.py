@@ -1,5 +1,8 @@
 """Elementwise functions whose IREE 3.13 kernels are imprecise: tan (a 3% relative error near
-pi/2) and gelu's tanh form (5e-5 off: IREE lowers it with its own approximation)."""
+pi/2), gelu's tanh form (5e-5 off: IREE lowers it with its own approximation), and functions
+near 0 that IREE computes by cancelling terms (exp(x) - 1 in elu, log(x + sqrt(x*x + 1)) in
+asinh, log((1 + x) / (1 - x)) in atanh, exp(x) - exp(-x) in sinh: 5-30% off for small x, where
+torch is exact to float32): here with expm1 and log1p."""
 
 from __future__ import annotations
 
@@ -26,3 +29,54 @@ def gelu(x: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
     decay = torch.exp(-2 * inner.abs())
     tanh = torch.where(inner < 0, -1, 1) * (1 - decay) / (1 + decay)
     return (0.5 * wide * (1 + tanh)).to(x.dtype)
+
+
+def elu(x: torch.Tensor, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0) -> torch.Tensor:
+    """elu (and selu, celu, which torch writes with it), its negative side as expm1."""
+    return torch.where(x > 0, x * scale, torch.expm1(x * input_scale) * (alpha * scale))
+
+
+def celu(x: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    """celu as elu with its input scaled by 1 / alpha."""
+    return elu(x, alpha, 1.0, 1.0 / alpha)
+
+
+# expm1 and log1p in the input's float32, not float64: IREE 3.13's float64 ones gave 0 for
+# arguments below 1e-20 (its float32 ones are exact to float32).
+
+
+def asinh(x: torch.Tensor) -> torch.Tensor:
+    """asinh as log1p(a + a * a / (1 + sqrt(1 + a * a))) of a = |x|, signed; log(a) + log(2)
+    past 1e8, where a * a would overflow."""
+    x = x.to(result_dtype(x))
+    a = x.abs()
+    near = torch.log1p(a + a * a / (1 + torch.sqrt(1 + a * a)))
+    far = torch.log(a) + math.log(2)
+    magnitude = torch.where(a > 1e8, far, near)
+    return torch.where(x < 0, -magnitude, magnitude)
+
+
+def atanh(x: torch.Tensor) -> torch.Tensor:
+    """atanh as log1p(2a / (1 - a)) / 2 of a = |x|, signed (for x near -1, 1 + 2x / (1 - x)
+    would cancel)."""
+    x = x.to(result_dtype(x))
+    a = x.abs()
+    magnitude = 0.5 * torch.log1p(2 * a / (1 - a))
+    return torch.where(x < 0, -magnitude, magnitude)
+
+
+def sinh(x: torch.Tensor) -> torch.Tensor:
+    """sinh from expm1 where |x| < 1; beyond, from float64 exponentials (float32's largest sinh,
+    2.2e38 at 89, stays finite)."""
+    x = x.to(result_dtype(x))
+    near = (torch.expm1(x) - torch.expm1(-x)) / 2
+    wide = as_float64(x)
+    far = ((torch.exp(wide) - torch.exp(-wide)) / 2).to(x.dtype)
+    return torch.where(x.abs() < 1, near, far)
+
+
+def cosh(x: torch.Tensor) -> torch.Tensor:
+    """cosh from float64 exponentials: IREE's float32 one overflowed before float32's largest
+    cosh (2.2e38 at 89), which sinh's gradient reads."""
+    wide = as_float64(x)
+    return ((torch.exp(wide) + torch.exp(-wide)) / 2).to(result_dtype(x))
