@@ -1,5 +1,5 @@
-"""Elementwise functions whose IREE 3.13 kernels are imprecise: tan (a 3% relative error near
-pi/2), gelu's tanh form (5e-5 off: IREE lowers it with its own approximation), and functions
+"""Elementwise functions whose IREE 3.13 kernels are imprecise: sin, cos and tan (tan 3% off
+near pi/2, sin(100) 5e-6 off: poor argument reduction), gelu's tanh form (5e-5 off: IREE lowers it with its own approximation), and functions
 near 0 that IREE computes by cancelling terms (exp(x) - 1 in elu, log(x + sqrt(x*x + 1)) in
 asinh, log((1 + x) / (1 - x)) in atanh, exp(x) - exp(-x) in sinh: 5-30% off for small x, where
 torch is exact to float32): here with expm1 and log1p."""
@@ -18,6 +18,17 @@ def tan(x: torch.Tensor) -> torch.Tensor:
     """sin/cos in float64 from the argument reduced by pi: exact to float32 for |x| < 1e8."""
     turns = as_float64(x) / math.pi
     return (sin_pi(turns) / sin_pi(turns + 0.5)).to(result_dtype(x))
+
+
+def sin(x: torch.Tensor) -> torch.Tensor:
+    """sin from the argument reduced by pi in float64: IREE's float32 sine reduced it badly
+    (sin(100) 5e-6 off, sin(-1e-30) 6e-8: rotary position embeddings take sines of thousands)."""
+    return sin_pi(as_float64(x) / math.pi).to(result_dtype(x))
+
+
+def cos(x: torch.Tensor) -> torch.Tensor:
+    """cos as sin(pi * (x / pi + 1/2)), the same way."""
+    return sin_pi(as_float64(x) / math.pi + 0.5).to(result_dtype(x))
 
 
 def gelu(x: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
