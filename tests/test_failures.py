@@ -119,7 +119,7 @@ def test_torchs_kernel_meeting_a_lost_context_marks_the_device_lost(monkeypatch)
         def fault(*args):
             raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered\nCUDA kernel errors ...")
 
-        monkeypatch.setattr(vendor, "_down", fault)
+        monkeypatch.setattr(vendor, "shared_view", fault)
         with pytest.raises(DeviceLostError, match=r"turbine:cpu6 is lost: a kernel faulted \(running aten\.add\.Tensor on torch's kernel: CUDA error: an illegal memory"):
             x + x
         for later in (lambda: (x + x).cpu(), lambda: (x * 2).cpu(), lambda: x.cpu()):
