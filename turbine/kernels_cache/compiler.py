@@ -112,6 +112,9 @@ class _Pool:
             except BaseException:
                 worker.close()  # a crash, or Ctrl-C while it compiled: its pipe is out of step
                 raise
+            if worker.stopped:  # the time limit struck as its reply came: the process is gone
+                worker.close()
+                return
             with self._lock:
                 self._idle.append(worker)
 
