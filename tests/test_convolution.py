@@ -72,12 +72,17 @@ def test_transposed_convolution_gradients_match_torch(case, stats):
     leaves = [torch.randn(input_shape), torch.randn(weight_shape), torch.randn(weight_shape[1] * options.get("groups", 1))]
     leaves = [t.requires_grad_() for t in leaves]
     transposed = [None, None, None, torch.nn.functional.conv_transpose1d, torch.nn.functional.conv_transpose2d, torch.nn.functional.conv_transpose3d][len(input_shape)]
-    expected = transposed(*leaves, **options)
+    _matches_torch_on_iree(transposed, leaves, options, stats)
+
+
+def _matches_torch_on_iree(convolution, leaves, options, stats) -> None:
+    """``convolution`` and its gradients on turbine match torch's on the CPU, on IREE kernels alone."""
+    expected = convolution(*leaves, **options)
     upstream = torch.randn(expected.shape)
     expected_grads = torch.autograd.grad(expected, leaves, upstream)
     device_leaves = [t.detach().to(D).requires_grad_() for t in leaves]
     with turbine.fallback("error"):
-        actual = transposed(*device_leaves, **options)
+        actual = convolution(*device_leaves, **options)
         actual_grads = torch.autograd.grad(actual, device_leaves, upstream.to(D))
     torch.testing.assert_close(actual.detach().cpu(), expected.detach(), rtol=1e-4, atol=1e-4)
     for got, want in zip(actual_grads, expected_grads):
@@ -117,14 +122,4 @@ def test_convolutions_one_wide_run_on_the_part_they_read(case, stats):
     leaves = [torch.randn(input_shape), torch.randn(weight_shape), torch.randn(weight_shape[0])]
     leaves = [t.requires_grad_() for t in leaves]
     convolution = [None, None, None, torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d][len(input_shape)]
-    expected = convolution(*leaves, **options)
-    upstream = torch.randn(expected.shape)
-    expected_grads = torch.autograd.grad(expected, leaves, upstream)
-    device_leaves = [t.detach().to(D).requires_grad_() for t in leaves]
-    with turbine.fallback("error"):
-        actual = convolution(*device_leaves, **options)
-        actual_grads = torch.autograd.grad(actual, device_leaves, upstream.to(D))
-    torch.testing.assert_close(actual.detach().cpu(), expected.detach(), rtol=1e-4, atol=1e-4)
-    for got, want in zip(actual_grads, expected_grads):
-        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
-    assert stats()["fallbacks"] == {}
+    _matches_torch_on_iree(convolution, leaves, options, stats)
