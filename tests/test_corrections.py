@@ -384,3 +384,49 @@ def test_sines_and_cosines_of_large_and_tiny_arguments():
         check(fn, torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0]), equal_nan=True)
     tiny = torch.cat([torch.logspace(-30, -4, 27), -torch.logspace(-30, -4, 27)])
     check(torch.sin, tiny, rtol=2.4e-7, atol=0)
+
+
+def test_arctangents_are_exact_to_float32():
+    """IREE 3.13's float32 atan and atan2 were 40 ulps off (2.4e-6 relative at 0.66, past torch's
+    default tolerance), atan2(-3, -inf) had the wrong sign, and the CPU had no float64 atan (it
+    fell back to torch's kernel)."""
+    torch.manual_seed(0)
+    x = torch.cat([torch.randn(20000) * scale for scale in (1e-3, 0.1, 1, 10, 1e4)])
+    y = torch.cat([torch.randn(20000) * scale for scale in (1, 1e-3, 10, 0.1, 1)])
+    check(torch.atan, x, rtol=1.2e-7, atol=0)
+    check(torch.atan2, y, x, rtol=1.2e-7, atol=0)
+    check(torch.atan, x.double(), rtol=1e-15, atol=0)
+    check(torch.atan2, y.double(), x.double(), rtol=1e-15, atol=0)
+    special = torch.tensor([0.0, -0.0, 3.0, -3.0, float("inf"), float("-inf"), float("nan")])
+    check(torch.atan, special, equal_nan=True)
+    # every pair of special values, signed zeros included (assert_close tells 0.0 from -0.0)
+    check(torch.atan2, special.repeat_interleave(7), special.repeat(7), equal_nan=True)
+    check(torch.atan2, torch.tensor(-0.0), torch.tensor(-5.0))
+    leaf = x[:1000].clone().requires_grad_()
+    check(lambda t: torch.autograd.grad(torch.atan2(t, t.flip(0) + 0.5).sum(), t)[0], leaf)
+
+
+def test_acosh_near_one_is_exact_to_float32():
+    """IREE computed log(x + sqrt(x * x - 1)): 7e-5 off at 1 + 2e-7, where x * x - 1 cancels."""
+    near_one = 1 + torch.arange(1, 200, dtype=torch.float32) * 1.1920929e-07
+    wide = torch.cat([near_one, torch.logspace(0, 38, 77), torch.tensor([0.5, float("inf"), float("nan")])])
+    check(torch.acosh, wide, rtol=3e-7, atol=0, equal_nan=True)
+    check(torch.acosh, wide.double(), rtol=1e-15, atol=0, equal_nan=True)
+
+
+def test_float64_log1p_and_expm1_are_exact_for_tiny_arguments():
+    """IREE 3.13's float64 log1p and expm1 (on the CPU) computed log(1 + x) and exp(x) - 1 as
+    written: 0 below 1e-16 and 1.6e-5 off near 1e-11; so were the float64 functions turbine
+    builds on them (asinh, atanh, sinh, elu), and log_ndtr's upper tail (0 past 8, in float32 too)."""
+    F = torch.nn.functional
+    small = torch.cat([torch.logspace(-300, 0, 121, dtype=torch.float64), -torch.logspace(-300, -0.01, 121, dtype=torch.float64)])
+    wide = torch.cat([small, torch.linspace(-700, 700, 57, dtype=torch.float64)])
+    specials = torch.tensor([0.0, -0.0, -1.0, float("inf"), float("-inf"), float("nan")], dtype=torch.float64)
+    for fn in (torch.log1p, torch.expm1, torch.asinh, torch.sinh, F.elu, lambda t: torch.atanh(t / 701)):
+        check(fn, wide, rtol=1e-15, atol=0, equal_nan=True)
+        check(fn, specials, equal_nan=True)
+    tails = torch.tensor([-40.0, -5.0, 0.0, 3.0, 8.5, 10.0, 26.0, 30.0])
+    check(torch.special.log_ndtr, tails.double(), rtol=1e-12, atol=0)
+    # float32 against float64: torch's own float32 one is 2.4e-6 off at 8.5
+    exact = torch.special.log_ndtr(tails.double()).float()
+    torch.testing.assert_close(torch.special.log_ndtr(tails.to(D)).cpu(), exact, rtol=2.4e-7, atol=0)

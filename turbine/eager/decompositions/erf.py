@@ -7,6 +7,7 @@ import math
 import torch
 
 from turbine.eager.decompositions._common import as_float64, registers, result_dtype
+from turbine.eager.decompositions.logarithms import log1p
 
 aten = torch.ops.aten
 
@@ -125,5 +126,5 @@ def log_ndtr(x: torch.Tensor) -> torch.Tensor:
     wide = as_float64(x)
     t = -wide / math.sqrt(2)
     lower = torch.log(_erfcx_wide(torch.where(wide < -1, t, torch.ones_like(t))) / 2) - t * t
-    upper = torch.log1p(-_erfc_wide(-t) / 2)
+    upper = log1p(-_erfc_wide(-t) / 2)
     return torch.where(wide < -1, lower, upper).to(result_dtype(x))

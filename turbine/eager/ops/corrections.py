@@ -187,6 +187,15 @@ declare(_aten.gelu.default, "IREE's tanh form was 5e-5 off", correction=decompos
 declare(_aten.elu.default, "IREE's exp(x) - 1 was 5% off near 0 (selu too)", correction=decompositions.trigonometric.elu)
 declare(_aten.celu.default, "IREE's exp(x / alpha) - 1 was wrong near 0", correction=decompositions.trigonometric.celu)
 declare(_aten.asinh.default, "IREE's log(x + sqrt(x * x + 1)) was 5% off near 0", correction=decompositions.trigonometric.asinh)
+declare(_aten.log1p.default, "IREE's float64 one was log(1 + x): 0 below 1e-16", correction=decompositions.logarithms.log1p)
+declare(_aten.expm1.default, "IREE's float64 one was exp(x) - 1: 0 below 1e-16", correction=decompositions.logarithms.expm1)
+declare(_aten.acosh.default, "IREE's log(x + sqrt(x * x - 1)) was 7e-5 off near 1", correction=decompositions.trigonometric.acosh)
+declare(_aten.atan.default, "IREE's float32 one was 40 ulps off (2.4e-6 at 0.66); it had no float64 one", correction=decompositions.arctangent.atan)
+declare(
+    _aten.atan2.default,
+    "IREE's was 40 ulps off, and of the wrong sign for atan2(-3, -inf)",
+    correction=decompositions.arctangent.atan2,
+)
 declare(_aten.atanh.default, "IREE's log((1 + x) / (1 - x)) was 30% off near 0", correction=decompositions.trigonometric.atanh)
 declare(_aten.sinh.default, "IREE's exp(x) - exp(-x) was 6% off near 0", correction=decompositions.trigonometric.sinh)
 declare(_aten.cosh.default, "IREE's overflowed before 89, where torch's is 2.2e38", correction=decompositions.trigonometric.cosh)
