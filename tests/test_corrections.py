@@ -430,3 +430,13 @@ def test_float64_log1p_and_expm1_are_exact_for_tiny_arguments():
     # float32 against float64: torch's own float32 one is 2.4e-6 off at 8.5
     exact = torch.special.log_ndtr(tails.double()).float()
     torch.testing.assert_close(torch.special.log_ndtr(tails.to(D)).cpu(), exact, rtol=2.4e-7, atol=0)
+
+
+@pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
+def test_float64_sines_keep_float64_precision_near_multiples_of_pi():
+    """The float32 sine's reduction by pi in float64 (x / pi) rounds by 1e-16 of x: for a
+    float64 sine near a multiple of pi that was 1e-10 relative error. float64 sines are the op
+    itself (IREE's kernel where it has one, else torch's: the CPU has none)."""
+    x = torch.cat([torch.arange(1, 300, dtype=torch.float64) * 3.141592653589793, torch.linspace(-40, 40, 101, dtype=torch.float64)])
+    for fn in (torch.sin, torch.cos, torch.tan):
+        torch.testing.assert_close(fn(x.to(D)).cpu(), fn(x), rtol=1e-15, atol=0)
