@@ -440,3 +440,20 @@ def test_float64_sines_keep_float64_precision_near_multiples_of_pi():
     x = torch.cat([torch.arange(1, 300, dtype=torch.float64) * 3.141592653589793, torch.linspace(-40, 40, 101, dtype=torch.float64)])
     for fn in (torch.sin, torch.cos, torch.tan):
         torch.testing.assert_close(fn(x.to(D)).cpu(), fn(x), rtol=1e-15, atol=0)
+
+
+def test_fmod_is_exact_for_any_quotient():
+    """IREE 3.13's float32 fmod computed x - trunc(x / y) * y as written: from quotients near 1e7
+    on it was wrong, even in sign (fmod(3e7, 0.7) gave -0.289, not 0.411). fmod's result is always
+    representable, and torch's is exact (up to quotients past float32's range, where its CPU
+    kernel gives NaN)."""
+    torch.manual_seed(0)
+    x = torch.cat([torch.randn(4000) * scale for scale in (1e-3, 1, 100, 1e7, 1e20)])
+    y = torch.cat([torch.randn(4000) * scale for scale in (1, 1e-3, 1e-5, 0.7, 1e-15)])
+    check(torch.fmod, x, y, rtol=0, atol=0)
+    check(lambda t: torch.fmod(t, 0.7), x, rtol=0, atol=0)
+    check(torch.fmod, x.to(torch.bfloat16), y.to(torch.bfloat16), rtol=0, atol=0)
+    check(torch.fmod, torch.tensor(-7.5), torch.tensor([2.0, -2.0, 0.3]), rtol=0, atol=0)
+    special = torch.tensor([0.0, -0.0, 1.0, -2.5, 3e38, float("inf"), float("-inf"), float("nan")])
+    check(torch.fmod, special.repeat_interleave(8), special.repeat(8), rtol=0, atol=0, equal_nan=True)
+    check(torch.fmod, torch.tensor([5, -7, 9]), torch.tensor([3, 3, -4]))

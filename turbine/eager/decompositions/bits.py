@@ -1,5 +1,5 @@
-"""Sign, magnitude and neighbouring floats: signbit, copysign, fmod by a number, hypot, fmax/fmin,
-nextafter, frexp, angle, log10."""
+"""Sign, magnitude and neighbouring floats: signbit, copysign, fmod, hypot, fmax/fmin, nextafter,
+frexp, angle, log10."""
 
 from __future__ import annotations
 
@@ -48,7 +48,46 @@ def fmod_scalar(x: torch.Tensor, other: float) -> torch.Tensor:
     """fmod by a number, as fmod by a 0-d tensor: IREE 3.13 lowers only the tensor form, and
     torch's decompositions emit this one (grid_sample's reflection padding)."""
     dtype = torch.result_type(x, other)
-    return aten.fmod.Tensor(x.to(dtype), aten.scalar_tensor.default(other, dtype=dtype))
+    return fmod(x.to(dtype), aten.scalar_tensor.default(other, dtype=dtype))
+
+
+#: Steps of :func:`fmod`'s reduction: each takes about 26 bits off the exponent gap between x and
+#: y, which for float32 is at most 276 (largest over smallest subnormal).
+_FMOD_STEPS = 12
+
+
+def fmod(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """x - trunc(x / y) * y exactly, as C's fmod (the result is always representable): IREE
+    3.13's float32 one computed it as written, wrong from quotients near 1e7 on (fmod(3e7, 0.7)
+    was -0.289, not 0.411). Floats narrower than float64 are reduced in float64 by y scaled by
+    a power of two so that each quotient has at most 28 bits: every product and difference is
+    then exact. float64 and integers go to IREE's own op."""
+    dtype = torch.result_type(x, other)
+    if not dtype.is_floating_point or dtype == torch.float64:
+        return aten.fmod.Tensor(x, other)
+    shape = torch.broadcast_shapes(x.shape, other.shape)
+    wide_x = x.to(torch.float64).expand(shape).reshape(-1)  # 1-d: IREE cannot reinterpret 0-d tensors
+    wide_y = other.to(torch.float64).expand(shape).reshape(-1)
+    a, magnitude_y = wide_x.abs(), wide_y.abs()
+    regular = torch.isfinite(a) & torch.isfinite(magnitude_y) & (magnitude_y != 0)
+    remainder = torch.where(regular, a, torch.zeros_like(a))
+    b = torch.where(regular, magnitude_y, torch.ones_like(a))
+    for _ in range(_FMOD_STEPS):
+        gap = torch.floor(torch.log(remainder / b) * (1 / math.log(2)))  # -inf once the remainder is 0
+        shift = torch.clamp(gap - 26, min=0)
+        scaled = b * _power_of_two(shift)
+        quotient = torch.trunc(remainder / scaled)
+        remainder = remainder - quotient * scaled
+        remainder = torch.where(remainder < 0, remainder + scaled, remainder)  # the quotient rounded up
+    result = torch.where(signbit(wide_x), -remainder, remainder)
+    result = torch.where(regular, result, torch.where(torch.isinf(magnitude_y) & torch.isfinite(a), wide_x, torch.full_like(a, math.nan)))
+    return result.reshape(shape).to(dtype)
+
+
+def _power_of_two(exponent: torch.Tensor) -> torch.Tensor:
+    """2**exponent in float64, exact, for whole exponents in [0, 1023] (built from its bits:
+    IREE's float64 exp2 is not exact)."""
+    return ((exponent.to(torch.int64) + 1023) * (1 << 52)).view(torch.float64)
 
 
 @registers(aten.hypot.default)
