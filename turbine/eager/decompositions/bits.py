@@ -75,7 +75,7 @@ def fmod(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     for _ in range(_FMOD_STEPS):
         gap = torch.floor(torch.log(remainder / b) * (1 / math.log(2)))  # -inf once the remainder is 0
         shift = torch.clamp(gap - 26, min=0)
-        scaled = b * _power_of_two(shift)
+        scaled = b * power_of_two(shift)
         quotient = torch.trunc(remainder / scaled)
         remainder = remainder - quotient * scaled
         remainder = torch.where(remainder < 0, remainder + scaled, remainder)  # the quotient rounded up
@@ -84,8 +84,8 @@ def fmod(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     return result.reshape(shape).to(dtype)
 
 
-def _power_of_two(exponent: torch.Tensor) -> torch.Tensor:
-    """2**exponent in float64, exact, for whole exponents in [0, 1023] (built from its bits:
+def power_of_two(exponent: torch.Tensor) -> torch.Tensor:
+    """2**exponent in float64, exact, for whole exponents in [-1022, 1023] (built from its bits:
     IREE's float64 exp2 is not exact)."""
     return ((exponent.to(torch.int64) + 1023) * (1 << 52)).view(torch.float64)
 
@@ -142,7 +142,7 @@ def frexp(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     regular = ~torch.isnan(x) & ~torch.isinf(x) & (x != 0)
     magnitude = torch.where(regular, x.abs(), torch.ones_like(x))
     exponent = torch.floor(torch.log2(magnitude)) + 1
-    mantissa = _times_power_of_two(x, -exponent)
+    mantissa = _timespower_of_two(x, -exponent)
     # log2 rounds near powers of two: one step either way puts the mantissa in [0.5, 1).
     low = mantissa.abs() < 0.5
     mantissa, exponent = torch.where(low, mantissa * 2, mantissa), torch.where(low, exponent - 1, exponent)
@@ -153,10 +153,10 @@ def frexp(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return mantissa, exponent.to(torch.int32)
 
 
-def _times_power_of_two(x: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
+def _timespower_of_two(x: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
     """x * 2**exponent, exact; in two steps so that neither factor overflows for subnormal x."""
     half = torch.floor(exponent / 2)
-    return x * torch.exp2(half) * torch.exp2(exponent - half)
+    return (x * power_of_two(half) * power_of_two(exponent - half)).to(x.dtype)
 
 
 @registers(aten.angle.default)

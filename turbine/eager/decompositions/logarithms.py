@@ -1,4 +1,4 @@
-"""log1p and expm1 for float64, by Kahan's quotients from log and exp.
+"""log1p and expm1 for float64, by Kahan's quotients from log and exp; exp2 split at the integers.
 
 IREE 3.13's float64 log1p and expm1 on the CPU computed log(1 + x) and exp(x) - 1 as written:
 1.6e-5 relative error near 1e-11 and 0 for any argument below 1e-16 (its float32 ones are exact
@@ -7,7 +7,11 @@ call (asinh, acosh, atanh, sinh, elu): a correction's own torch calls are traced
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+from turbine.eager.decompositions.bits import power_of_two
 
 
 def log1p(x: torch.Tensor) -> torch.Tensor:
@@ -29,3 +33,17 @@ def expm1(x: torch.Tensor) -> torch.Tensor:
     quotient = (u - 1) * (x / torch.log(u))
     result = torch.where(u == 1, x, torch.where(u - 1 == -1, -torch.ones_like(x), quotient))
     return torch.where(torch.isinf(u), u, result)  # inf * inf / inf in the quotient
+
+
+def exp2(x: torch.Tensor) -> torch.Tensor:
+    """2**x as 2**n * exp((x - n) log 2) of n = round(x), in float64, the power of two exact (from
+    its bits, in two factors so that neither leaves float64's range): IREE 3.13's exp2 was
+    exp(x log 2), whose rounding of x log 2 grows with x (float32: 34 ulps at -71, float64:
+    1e-14)."""
+    dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+    wide = x.to(torch.float64)
+    whole = torch.round(torch.clamp(wide, -1100, 1100))  # beyond, 2**x is 0 or inf in float64 too
+    fraction = torch.where(torch.isinf(wide), torch.zeros_like(wide), wide - whole)  # NaN stays NaN
+    half = torch.floor(whole / 2)
+    result = torch.exp(fraction * math.log(2)) * power_of_two(half) * power_of_two(whole - half)
+    return result.to(dtype)
