@@ -417,12 +417,12 @@ def test_acosh_near_one_is_exact_to_float32():
 def test_float64_log1p_and_expm1_are_exact_for_tiny_arguments():
     """IREE 3.13's float64 log1p and expm1 (on the CPU) computed log(1 + x) and exp(x) - 1 as
     written: 0 below 1e-16 and 1.6e-5 off near 1e-11; so were the float64 functions turbine
-    builds on them (asinh, atanh, sinh, elu), and log_ndtr's upper tail (0 past 8, in float32 too)."""
+    builds on them (asinh, atanh, sinh, elu, softplus), and log_ndtr's upper tail (0 past 8, in float32 too)."""
     F = torch.nn.functional
     small = torch.cat([torch.logspace(-300, 0, 121, dtype=torch.float64), -torch.logspace(-300, -0.01, 121, dtype=torch.float64)])
     wide = torch.cat([small, torch.linspace(-700, 700, 57, dtype=torch.float64)])
     specials = torch.tensor([0.0, -0.0, -1.0, float("inf"), float("-inf"), float("nan")], dtype=torch.float64)
-    for fn in (torch.log1p, torch.expm1, torch.asinh, torch.sinh, F.elu, lambda t: torch.atanh(t / 701)):
+    for fn in (torch.log1p, torch.expm1, torch.asinh, torch.sinh, F.elu, F.softplus, lambda t: torch.atanh(t / 701)):
         check(fn, wide, rtol=1e-15, atol=0, equal_nan=True)
         check(fn, specials, equal_nan=True)
     tails = torch.tensor([-40.0, -5.0, 0.0, 3.0, 8.5, 10.0, 26.0, 30.0])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from turbine.eager.decompositions._common import registers
+from turbine.eager.decompositions.logarithms import log1p
 
 aten = torch.ops.aten
 
@@ -43,6 +44,13 @@ def hardshrink(input: torch.Tensor, lambd: float = 0.5) -> torch.Tensor:
     """``-lambd <= x <= lambd ? 0 : x``: NaN stays NaN (IREE's gave 0)."""
     inside = (input >= -lambd) & (input <= lambd)
     return torch.where(inside, torch.zeros_like(input), input)
+
+
+def softplus(input: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -> torch.Tensor:
+    """``x * beta > threshold ? x : log1p(exp(x * beta)) / beta``, with an exact float64 log1p
+    (IREE's float64 one gave 0 for exp(x) below 1e-16: softplus(-40) was 0, not 4e-18)."""
+    scaled = input * beta
+    return torch.where(scaled > threshold, input, log1p(torch.exp(scaled)) / beta)
 
 
 def softplus_backward(grad_output: torch.Tensor, input: torch.Tensor, beta: float, threshold: float) -> torch.Tensor:

@@ -225,6 +225,7 @@ for _op, _correction, _why in (
     (_aten.threshold_backward.default, decompositions.activations.threshold_backward, "IREE's gave 0 at NaN, torch's passes the gradient"),
     (_aten.hardtanh_backward.default, decompositions.activations.hardtanh_backward, "IREE's passed the gradient at the bounds (relu6 at 0 and 6)"),
     (_aten.hardshrink.default, decompositions.activations.hardshrink, "IREE's gave 0 at NaN, torch's keeps NaN"),
+    (_aten.softplus.default, decompositions.activations.softplus, "IREE's float64 one was 0 below -37 (its log1p)"),
     (_aten.softplus_backward.default, decompositions.activations.softplus_backward, "IREE's passed the gradient at NaN, torch's gives NaN"),
 ):
     declare(_op, _why, correction=_correction)
