@@ -466,3 +466,18 @@ def test_exp2_is_exact_to_float32_far_from_zero():
     check(torch.exp2, x, rtol=1.2e-7, atol=0, equal_nan=True)
     check(torch.exp2, torch.linspace(-1000, 1000, 2001, dtype=torch.float64), rtol=4.5e-16, atol=0)
     check(torch.exp2, torch.tensor([3, -2, 0]))
+
+
+def test_running_sums_and_products_accumulate_in_float64():
+    """IREE 3.13's float32 scan added in float32, in order: 3.5e-5 off after 32000
+    probabilities (a top-p sampler compares such sums with its threshold), where torch's CPU
+    kernel, accumulating in double, is 5e-8 off. Now equal to torch's."""
+    torch.manual_seed(0)
+    probabilities = torch.softmax(torch.randn(4, 32000) * 3, -1)
+    check(lambda t: torch.cumsum(t, -1), probabilities, rtol=0, atol=0)
+    check(lambda t: torch.cumprod(t, 1), 1 + torch.randn(4, 2000) * 1e-3, rtol=1.2e-7, atol=0)
+    leaf = torch.randn(3, 50).requires_grad_()
+    check(lambda t: torch.autograd.grad(torch.cumsum(t, 1).pow(2).sum(), t)[0], leaf)
+    check(lambda t: torch.cumsum(t, 0), torch.tensor([1.0, 2.5], dtype=torch.bfloat16))
+    check(lambda t: torch.cumsum(t, 0, dtype=torch.float64), torch.tensor([1.0, 2.5]))
+    check(lambda t: torch.cumsum(t, 0), torch.tensor([3, -1, 4]))
