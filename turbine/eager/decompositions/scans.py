@@ -85,15 +85,17 @@ def cumsum(input: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) -
     """A running sum accumulated in float64 for narrower floats: IREE 3.13's scan adds in order
     in the input's type, 3.5e-5 off at the end of 32000 probabilities (torch's CPU kernel, which
     accumulates in double, 5e-8): a top-p sampler compares such sums with its threshold."""
-    result = dtype or (input.dtype if input.is_floating_point() or input.is_complex() else torch.int64)
-    if result not in _WIDENED:
-        return aten.cumsum.default(input, dim, dtype=dtype)
-    return aten.cumsum.default(input.to(torch.float64), dim).to(result)
+    return _widened(aten.cumsum.default, input, dim, dtype)
 
 
 def cumprod(input: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A running product accumulated in float64 for narrower floats, as :func:`cumsum`."""
+    return _widened(aten.cumprod.default, input, dim, dtype)
+
+
+def _widened(scan: torch._ops.OpOverload, input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
+    """``scan`` (cumsum or cumprod) in float64 where its result is a narrower float, else as it is."""
     result = dtype or (input.dtype if input.is_floating_point() or input.is_complex() else torch.int64)
     if result not in _WIDENED:
-        return aten.cumprod.default(input, dim, dtype=dtype)
-    return aten.cumprod.default(input.to(torch.float64), dim).to(result)
+        return scan(input, dim, dtype=dtype)
+    return scan(input.to(torch.float64), dim).to(result)

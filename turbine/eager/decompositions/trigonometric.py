@@ -15,10 +15,16 @@ from turbine.eager.decompositions.gamma import sin_pi
 from turbine.eager.decompositions.logarithms import expm1, log1p
 
 
+# float64 sin, cos and tan are the ops themselves. The reduction below (x / pi in
+# float64) rounds by 1e-16 of x, which near a multiple of pi is a large part of a float64 sine
+# (1e-10 relative error); IREE's own float64 kernel (on the GPU), or torch's where IREE has none
+# (the CPU), is exact.
+
+
 def tan(x: torch.Tensor) -> torch.Tensor:
     """sin/cos in float64 from the argument reduced by pi: exact to float32 for |x| < 1e8."""
     if x.dtype == torch.float64:
-        return _as_it_is(torch.ops.aten.tan.default, x)
+        return torch.ops.aten.tan.default(x)  # the op itself: see above
     turns = as_float64(x) / math.pi
     return (sin_pi(turns) / sin_pi(turns + 0.5)).to(result_dtype(x))
 
@@ -27,22 +33,15 @@ def sin(x: torch.Tensor) -> torch.Tensor:
     """sin from the argument reduced by pi in float64: IREE's float32 sine reduced it badly
     (sin(100) 5e-6 off, sin(-1e-30) 6e-8: rotary position embeddings take sines of thousands)."""
     if x.dtype == torch.float64:
-        return _as_it_is(torch.ops.aten.sin.default, x)
+        return torch.ops.aten.sin.default(x)  # the op itself: see above
     return sin_pi(as_float64(x) / math.pi).to(result_dtype(x))
 
 
 def cos(x: torch.Tensor) -> torch.Tensor:
     """cos as sin(pi * (x / pi + 1/2)), the same way."""
     if x.dtype == torch.float64:
-        return _as_it_is(torch.ops.aten.cos.default, x)
+        return torch.ops.aten.cos.default(x)  # the op itself: see above
     return sin_pi(as_float64(x) / math.pi + 0.5).to(result_dtype(x))
-
-
-def _as_it_is(op: torch._ops.OpOverload, x: torch.Tensor) -> torch.Tensor:
-    """The op itself, for float64 arguments: x / pi rounds by 1e-16 of x, which near a multiple of
-    pi is a large part of a float64 sine (1e-10 relative error); IREE's own float64 kernel (on
-    the GPU), or torch's where IREE has none (the CPU), is exact."""
-    return op(x)
 
 
 def gelu(x: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
