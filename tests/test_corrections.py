@@ -322,6 +322,26 @@ def test_pow_is_as_precise_as_torchs():
     check(torch.pow, -base, exponent.round())  # negative bases, integral exponents
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_integer_powers_are_kernels_that_wrap_around_as_torchs(dtype):
+    """IREE 3.13 could not compile an integer pow (nor an integer base to a float exponent): they
+    fell back. turbine squares, bit by bit of the exponent, wrapping around as torch's kernels do
+    (7 ** 40 overflows every type); a negative exponent gives 1, +-1 or 0 as torch's."""
+    low = 0 if dtype == torch.uint8 else -7
+    base = torch.randint(low, 8, (300,), dtype=dtype)
+    exponent = torch.randint(0, 60, (300,), dtype=dtype)
+    check(torch.pow, base, exponent)
+    check(lambda b: b**2, base)
+    check(lambda b: b**40, base)
+    check(lambda e: 3**e, exponent)
+    check(lambda b: b**2.5, base, equal_nan=True)
+    check(lambda e: 1.5**e, exponent)
+    if dtype != torch.uint8:
+        check(torch.pow, torch.tensor([1, -1, -1, 2, 0, -3], dtype=dtype), torch.tensor([-5, -2, -3, -1, -4, -2], dtype=dtype))
+        with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+            base.to(D) ** -3
+
+
 def test_logcumsumexp_gradients_of_large_inputs():
     """The backward subtracts results from inputs: a float32 scan's rounding made gradients of
     inputs near 10000 0.6% off; the scan runs in float64, as torch's CPU kernel does."""

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from turbine.eager import decompositions
-from turbine.eager.registry import declare
+from turbine.eager.registry import Continue, declare
 
 _aten = torch.ops.aten
 
@@ -125,6 +125,19 @@ declare(
     correction=decompositions.powers.pow_tensor_tensor,
 )
 declare(_aten.pow.Tensor_Scalar, "IREE's 0.0 ** -2 was -inf: torch's special exponents, exactly", correction=decompositions.powers.pow_tensor_scalar)
+
+
+def _integer_power_checked(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """torch's kernels refuse an integer tensor to a negative integer power given as a number
+    (its shape rule does not): turbine's kernel, which computes integer powers, refuses it too."""
+    base, exponent = (list(args) + [kwargs.get("exponent")])[:2]
+    integral = not base.dtype.is_floating_point and not base.dtype.is_complex and base.dtype != torch.bool
+    if integral and type(exponent) is int and exponent < 0:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+    return Continue(args, kwargs)
+
+
+declare([_aten.pow.Tensor_Scalar, _aten.pow_.Scalar], "an integer tensor to a negative integer power raises torch's error", handler=_integer_power_checked)
 for _op in (_aten.leaky_relu_backward.default, _aten.softshrink.default):
     declare(_op, "IREE's lowering took the wrong branch for many elements; torch's decomposition is right", correction=_decomposed(_op))
 declare(_aten.select_scatter.default, "IREE 3.13 wrote a negative index to the wrong place", correction=_select_scatter)
