@@ -117,6 +117,20 @@ def test_an_error_inside_backward_reaches_the_caller(call):
     torch.testing.assert_close(y.grad.cpu(), 2 * y.detach().cpu())
 
 
+@pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
+def test_an_error_inside_backward_from_an_op_without_a_shape_rule_reaches_the_caller():
+    """multilabel_margin_loss_backward has no shape rule in torch: the stand-in autograd gets
+    while its error is held took its shapes from that rule, failed too, and the process ended
+    (std::terminate). The stand-in's shapes now come from the op run on zeros on the CPU."""
+    x = torch.randn(3, 5).to("turbine:cpu").requires_grad_()
+    target = torch.tensor([[1, 2, -1, 0, 0], [0, -1, 1, 1, 1], [4, 3, 2, 1, 0]]).to("turbine:cpu")
+    loss = torch.nn.functional.multilabel_margin_loss(x, target)
+    with turbine.fallback("error"), pytest.raises(turbine.UnsupportedOpError, match="multilabel_margin_loss_backward.*no shape rule"):
+        loss.backward()
+    (x * x).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), 2 * x.detach().cpu())
+
+
 def test_leaky_relu_gradient():
     """IREE 3.13 miscompiles leaky_relu_backward as one op (ops/corrections.py)."""
     x = torch.randn(6, 5, requires_grad=True)

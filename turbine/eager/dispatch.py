@@ -19,7 +19,7 @@ import torch
 from turbine.eager import ops  # noqa: F401  (its declarations fill the op registry)
 from turbine.eager import backward_errors, foreach, planning, registry, runtime, saved_plans, whole_calls
 from turbine.eager.host import device_of
-from turbine.eager.meta import meta_call
+from turbine.eager.meta import meta_call, on_cpu_zeros
 from turbine.eager.plans import FallbackPlan
 from turbine.eager.kernel_plan import KernelPlan
 from turbine.eager.registry import Continue
@@ -141,7 +141,9 @@ def _new_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Le
 def stand_in(func: Any, args: tuple, kwargs: dict) -> Any:
     """What a failed call inside backward hands autograd (eager/backward_errors.py).
 
-    Ops that write their arguments return those; others, uninitialised tensors of the result's shapes.
+    Ops that write their arguments return those; others, uninitialised tensors of the result's
+    shapes: from torch's shape rule, or for an op with none (multilabel_margin_loss_backward) from
+    its run on zeros on the CPU.
     """
     schema = _schema(func)
     if schema.out_names:
@@ -150,7 +152,10 @@ def stand_in(func: Any, args: tuple, kwargs: dict) -> Any:
     if schema.written:
         return args[schema.written[0]]
     device = device_of(args, kwargs)
-    meta_out = meta_call(func, schema, args, kwargs)
+    try:
+        meta_out = meta_call(func, schema, args, kwargs)
+    except UnsupportedOpError:
+        meta_out = on_cpu_zeros(func, schema, args, kwargs)
     return backward_errors.uninitialised_like(meta_out, lambda m: empty(tuple(m.shape), m.dtype, device))
 
 
