@@ -342,6 +342,23 @@ def test_integer_powers_are_kernels_that_wrap_around_as_torchs(dtype):
             base.to(D) ** -3
 
 
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_average_pooling_of_unbatched_inputs(dims):
+    """IREE 3.13 pools batched inputs only: avg_pool of a (channels, *spatial) input fell back
+    (module_db's AvgPool2d/3d samples); it runs as a batch of one, forward and backward."""
+    pool = [torch.nn.functional.avg_pool1d, torch.nn.functional.avg_pool2d, torch.nn.functional.avg_pool3d][dims - 1]
+    x = torch.randn((3,) + (6,) * dims)
+    upstream = torch.randn(pool(x, 3, 2, 1, ceil_mode=True, count_include_pad=False).shape)
+
+    def pooled_and_gradient(t, u):
+        t = t.detach().requires_grad_()
+        y = pool(t, 3, 2, 1, ceil_mode=True, count_include_pad=False)
+        return y, torch.autograd.grad(y, t, u)[0]
+
+    check(pooled_and_gradient, x, upstream)
+    check(lambda t: pool(t, 2), x)
+
+
 def test_logcumsumexp_gradients_of_large_inputs():
     """The backward subtracts results from inputs: a float32 scan's rounding made gradients of
     inputs near 10000 0.6% off; the scan runs in float64, as torch's CPU kernel does."""

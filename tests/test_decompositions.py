@@ -167,6 +167,27 @@ def test_hardshrink_gradient():
     check_on_iree(_gradient(lambda t: torch.nn.functional.hardshrink(t, 0.7)), x, torch.randn(6, 7))
 
 
+def test_softshrink_gradient():
+    """softshrink_backward (IREE 3.13 cannot lower it): 0 inside the bounds, at them and at NaN,
+    the gradient outside, as torch's CPU kernel."""
+    x = _inputs(6, 7)
+    x[0, :2] = torch.tensor([0.7, -0.7])
+    check_on_iree(_gradient(lambda t: torch.nn.functional.softshrink(t, 0.7)), x, torch.randn(6, 7))
+
+
+@pytest.mark.parametrize(
+    "shape, dim, size, step",
+    [((4, 7), 1, 3, 1), ((5, 3, 4), 0, 2, 3), ((3, 8, 2), -2, 3, 2), ((6,), 0, 6, 1), ((), 0, 1, 1)],
+    ids=["overlapping", "gaps", "negative dim", "one window", "0-d"],
+)
+def test_unfold_gradient(shape, dim, size, step):
+    """unfold_backward: IREE 3.13 cannot lower it, and torch's decomposition indexes with a list
+    holding None, which IREE's importer refuses; turbine adds the windows back with index_add."""
+    x = torch.randn(shape)
+    grad = torch.randn(x.unfold(dim, size, step).shape)
+    check_on_iree(_gradient(lambda t: t.unfold(dim, size, step)), x, grad)
+
+
 def test_embedding_with_max_norm_renormalises_the_rows_it_looks_up():
     """embedding_renorm (nn.Embedding(max_norm=...)) rescales, in place, the rows a lookup reads
     that are longer than max_norm; IREE 3.13 cannot lower it, so every such lookup fell back."""

@@ -19,6 +19,14 @@ def hardshrink_backward(grad_output: torch.Tensor, input: torch.Tensor, lambd: f
     return torch.where(outside, grad_output, torch.zeros_like(grad_output))
 
 
+@registers(aten.softshrink_backward.default)
+def softshrink_backward(grad_output: torch.Tensor, input: torch.Tensor, lambd: float) -> torch.Tensor:
+    """Soft shrinkage's gradient: the output's gradient outside [-lambd, lambd], 0 inside and at
+    NaN (torch's CPU kernel); IREE 3.13 has no lowering of it."""
+    outside = (input > lambd) | (input < -lambd)
+    return torch.where(outside, grad_output, torch.zeros_like(grad_output))
+
+
 # Corrections (eager/ops/corrections.py): IREE 3.13 lowered these comparisons so that NaN took
 # the other branch, or a bound counted as inside; torch's CPU kernels compare as below.
 

@@ -1,5 +1,6 @@
-"""Max pooling with torch's indices, adaptive max pooling for any input and output sizes, and the
-gradients of average pooling and of max pooling at its indices."""
+"""Max pooling with torch's indices, adaptive max pooling for any input and output sizes, average
+pooling of unbatched inputs, and the gradients of average pooling and of max pooling at its
+indices."""
 
 from __future__ import annotations
 
@@ -37,6 +38,22 @@ def _max_pool_with_indices(op: torch._ops.OpOverload, dims: int):
 
 max_pool2d_with_indices = _max_pool_with_indices(aten.max_pool2d_with_indices.default, 2)
 max_pool3d_with_indices = _max_pool_with_indices(aten.max_pool3d_with_indices.default, 3)
+
+
+def _batch_of_one(op: torch._ops.OpOverload, dims: int):
+    def pool(input: torch.Tensor, *args: object) -> torch.Tensor:
+        """Pooling of an unbatched input (channels and ``dims`` spatial dims) as a batch of one
+        (a correction): IREE 3.13's lowering takes batched inputs only ('linalg.pooling_nchw_sum'
+        op expected operand #0 rank (3) to match ... (4)), so unbatched ones fell back."""
+        if input.dim() == dims + 1:
+            return op(input.unsqueeze(0), *args).squeeze(0)
+        return op(input, *args)
+
+    return pool
+
+
+avg_pool2d = _batch_of_one(aten.avg_pool2d.default, 2)
+avg_pool3d = _batch_of_one(aten.avg_pool3d.default, 3)
 
 
 def adaptive_windows(size: int, out: int) -> tuple[torch.Tensor, torch.Tensor, int]:

@@ -1,7 +1,8 @@
 """Scatters IREE 3.13 cannot compile as they are, written with the ones it can
 (``scatter_reduce`` and ``index_put``): scatter (its compiler crashed on an index of two dims
 or more: topk's backward), scatter with a reduce, scatter_add of any index shape, index_reduce,
-put, masked_scatter, diagonal_scatter and as_strided_scatter."""
+put, masked_scatter, diagonal_scatter and as_strided_scatter; and unfold's gradient, a scatter
+of the windows' gradients."""
 
 from __future__ import annotations
 
@@ -108,6 +109,20 @@ def put(input: torch.Tensor, index: torch.Tensor, source: torch.Tensor, accumula
     index = index.reshape(-1)
     index = torch.where(index < 0, index + flat.numel(), index)
     return flat.index_put((index,), source.reshape(-1), accumulate).reshape(input.shape)
+
+
+@registers(aten.unfold_backward.default)
+def unfold_backward(grad: torch.Tensor, input_sizes: list[int], dim: int, size: int, step: int) -> torch.Tensor:
+    """unfold's gradient: each window's gradient added where the window read, one ``index_add``
+    along the unfolded dim (torch's decomposition indexes with a list holding None, which IREE's
+    importer refuses)."""
+    if not input_sizes:
+        return grad.reshape(())
+    dim = dim % len(input_sizes)
+    windows = grad.shape[dim]
+    index = (torch.arange(windows).unsqueeze(1) * step + torch.arange(size)).reshape(-1)
+    source = grad.movedim(-1, dim + 1).flatten(dim, dim + 1)
+    return torch.zeros(input_sizes, dtype=grad.dtype).index_add(dim, index, source)
 
 
 @registers(aten.masked_scatter.default)

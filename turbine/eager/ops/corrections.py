@@ -161,6 +161,8 @@ for _op, _correction in (
     (_aten.max_pool3d_with_indices.default, decompositions.pooling.max_pool3d_with_indices),
 ):
     declare(_op, "IREE's indices of a window of -inf at the padding, or of NaNs, pointed outside the input", correction=_correction)
+declare(_aten.avg_pool2d.default, "IREE 3.13 pools batched inputs only", correction=decompositions.pooling.avg_pool2d)
+declare(_aten.avg_pool3d.default, "IREE 3.13 pools batched inputs only", correction=decompositions.pooling.avg_pool3d)
 declare(_aten._adaptive_avg_pool2d.default, "wrong values on CUDA for windows that overlap (area interpolation 4 -> 5)", correction=decompositions.resampling.adaptive_avg_pool2d)
 declare(_aten._adaptive_avg_pool3d.default, "wrong values on CUDA for windows that overlap (area interpolation 4 -> 5)", correction=decompositions.resampling.adaptive_avg_pool3d)
 declare(
