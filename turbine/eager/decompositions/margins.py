@@ -110,6 +110,7 @@ def multi_margin_loss_backward(grad_output, scores, target, p, margin, weight=No
 
 
 @shape_rule("multi_margin_loss_backward")
-def _multi_margin_loss_backward_shape(grad_output, scores, *rest):
+@shape_rule("multilabel_margin_loss_backward")
+def _margin_loss_backward_shape(grad_output, scores, *rest):
     """The gradient has the scores' shape (torch has no shape rule for it)."""
     return scores.new_empty(scores.shape)
