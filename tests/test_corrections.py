@@ -359,6 +359,27 @@ def test_average_pooling_of_unbatched_inputs(dims):
     check(lambda t: pool(t, 2), x)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weights", ["weight", "pos_weight", "both"])
+def test_binary_cross_entropy_with_logits_and_per_class_weights(weights, reduction):
+    """IREE 3.13's lowering failed to compile with a per-class weight and a reduction, or with
+    both weights: BCEWithLogitsLoss(weight=...) fell back (module_db's samples)."""
+    torch.manual_seed(0)
+    x, target = torch.randn(15, 10) * 30, torch.rand(15, 10)
+    x[0, :4] = torch.tensor([100.0, -100.0, 1e-3, -20.0])
+    given = {"weight": {"weight": torch.rand(10)}, "pos_weight": {"pos_weight": torch.rand(10) * 3}}
+    given["both"] = {**given["weight"], **given["pos_weight"]}
+    names = list(given[weights])
+    upstream = torch.randn(() if reduction != "none" else (15, 10))
+
+    def loss_and_gradient(t, y, u, *w):
+        t = t.detach().requires_grad_()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(t, y, reduction=reduction, **dict(zip(names, w)))
+        return loss, torch.autograd.grad(loss, t, u)[0]
+
+    check(loss_and_gradient, x, target, upstream, *given[weights].values())
+
+
 def test_logcumsumexp_gradients_of_large_inputs():
     """The backward subtracts results from inputs: a float32 scan's rounding made gradients of
     inputs near 10000 0.6% off; the scan runs in float64, as torch's CPU kernel does."""

@@ -188,6 +188,11 @@ declare(
     correction=decompositions.resampling.upsample_nearest2d_backward,
 )
 declare(
+    _aten.binary_cross_entropy_with_logits.default,
+    "IREE's failed to compile with a per-class weight and a reduction, or with a weight and a pos_weight",
+    correction=decompositions.logits.binary_cross_entropy_with_logits,
+)
+declare(
     _aten.multilabel_margin_loss_forward.default,
     "IREE's (and torch's decomposition) counted the targets after a sample's first -1",
     correction=decompositions.margins.multilabel_margin_loss_forward,
