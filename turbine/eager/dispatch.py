@@ -142,7 +142,7 @@ def stand_in(func: Any, args: tuple, kwargs: dict) -> Any:
     """What a failed call inside backward hands autograd (eager/backward_errors.py).
 
     Ops that write their arguments return those; others, uninitialised tensors of the result's
-    shapes: from torch's shape rule, or for an op with none (multilabel_margin_loss_backward) from
+    shapes: from torch's shape rule, or for an op with none (_masked_softmax_backward) from
     its run on zeros on the CPU.
     """
     schema = _schema(func)

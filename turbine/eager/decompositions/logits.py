@@ -13,8 +13,6 @@ from typing import Optional
 
 import torch
 
-aten = torch.ops.aten
-
 _NONE, _MEAN, _SUM = 0, 1, 2
 
 
