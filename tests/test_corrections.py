@@ -433,6 +433,16 @@ def test_functions_near_zero_are_exact_to_float32():
     check(torch.atanh, torch.tensor([0.99999, -0.99999, 1.0, -1.0, 1.5, 1e-20, -1e-30]), rtol=5e-7, atol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_radians_to_degrees_as_torchs(dtype):
+    """IREE 3.13's rad2deg multiplied by 180 / 3.14159: 8.4e-7 relative off, past float64's
+    tolerance at its 7th digit (found by a float64 OpInfo sweep); its deg2rad was an ulp off for
+    half its results. Both are torch's, bit for bit."""
+    x = (torch.randn(500, dtype=torch.float64) * 100).to(dtype)
+    check(torch.rad2deg, x, rtol=0, atol=0)
+    check(torch.deg2rad, x, rtol=0, atol=0)
+
+
 def test_sines_and_cosines_of_large_and_tiny_arguments():
     """IREE's float32 sine reduced its argument badly: sin(100) was 5e-6 off and sin(-1e-30)
     6e-8; rotary position embeddings take sines and cosines of positions in the thousands."""

@@ -1,4 +1,5 @@
-"""Elementwise functions whose IREE 3.13 kernels are imprecise: sin, cos and tan (tan 3% off
+"""Elementwise functions whose IREE 3.13 kernels are imprecise: rad2deg (its constant is
+180 / 3.14159) and deg2rad, sin, cos and tan (tan 3% off
 near pi/2, sin(100) 5e-6 off: poor argument reduction), gelu's tanh form (5e-5 off: IREE lowers it with its own approximation), and functions
 near 0 that IREE computes by cancelling terms (exp(x) - 1 in elu, log(x + sqrt(x*x + 1)) in
 asinh, log((1 + x) / (1 - x)) in atanh, exp(x) - exp(-x) in sinh: 5-30% off for small x, where
@@ -19,6 +20,17 @@ from turbine.eager.decompositions.logarithms import expm1, log1p
 # float64) rounds by 1e-16 of x, which near a multiple of pi is a large part of a float64 sine
 # (1e-10 relative error); IREE's own float64 kernel (on the GPU), or torch's where IREE has none
 # (the CPU), is exact.
+
+
+def rad2deg(x: torch.Tensor) -> torch.Tensor:
+    """x * (180 / pi), as torch: IREE 3.13 multiplied by 180 / 3.14159, 8.4e-7 relative off (7
+    float32 ulps; float64 results wrong from their 7th digit)."""
+    return x.to(result_dtype(x)) * (180 / math.pi)
+
+
+def deg2rad(x: torch.Tensor) -> torch.Tensor:
+    """x * (pi / 180), as torch, rounded once (IREE 3.13's was an ulp off for half its results)."""
+    return x.to(result_dtype(x)) * (math.pi / 180)
 
 
 def tan(x: torch.Tensor) -> torch.Tensor:
