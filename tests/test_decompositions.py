@@ -535,6 +535,16 @@ def test_padding_and_max_pooling_gradients(name):
     check_on_iree(_gradient(fn), x, torch.randn(fn(x).shape))
 
 
+def test_max_pooling_gradient_of_a_large_bfloat16_batch():
+    """A bfloat16 MNIST batch's max_pool2d gradient did not compile as a scatter (as it is or
+    as turbine's scatter to the indices: 2.3 MB of stack, past IREE's CPU limit) and fell
+    back; it is a gather of the windows that cover each input place, summed in float32."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 64, 24, 24).to(torch.bfloat16)
+    upstream = torch.randn(64, 64, 12, 12).to(torch.bfloat16)
+    check_on_iree(_gradient(lambda t: torch.nn.functional.max_pool2d(t, 2)), x, upstream)
+
+
 @pytest.mark.parametrize(
     "dims, shape, kernel, size",
     [(2, (2, 3, 9, 11), [2, 3], [4, 5]), (2, (3, 8, 8), [3, 3], [1, 3]), (3, (1, 2, 6, 7, 8), [2, 2, 3], [3, 4, 2])],
