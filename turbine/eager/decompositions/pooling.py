@@ -41,20 +41,37 @@ max_pool2d_with_indices = _max_pool_with_indices(aten.max_pool2d_with_indices.de
 max_pool3d_with_indices = _max_pool_with_indices(aten.max_pool3d_with_indices.default, 3)
 
 
-def _batch_of_one(op: torch._ops.OpOverload, dims: int):
-    def pool(input: torch.Tensor, *args: object) -> torch.Tensor:
-        """Pooling of an unbatched input (channels and ``dims`` spatial dims) as a batch of one
-        (a correction): IREE 3.13's lowering takes batched inputs only ('linalg.pooling_nchw_sum'
-        op expected operand #0 rank (3) to match ... (4)), so unbatched ones fell back."""
+def _per_dim(value, dims: int) -> list[int]:
+    """A pooling argument given once or per dim, per dim."""
+    values = [value] if isinstance(value, int) else list(value)
+    return values * dims if len(values) == 1 else values
+
+
+def _average_pool(op: torch._ops.OpOverload, dims: int):
+    def pool(input, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+        """Average pooling (a correction) of an unbatched input (channels and ``dims`` spatial
+        dims) as a batch of one, and without padding on the part of the input its windows read:
+        IREE 3.13's lowering takes batched inputs only ('linalg.pooling_nchw_sum' op expected
+        operand #0 rank (3) to match ... (4)), and failed where windows leave the end of a dim
+        unread (a 3x4x4 input in 2x2x2 windows: 'linalg.generic' op inferred input/output operand
+        #1 has shape's dimension #0 to be 3, but found 2); both fell back."""
+        arguments = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
         if input.dim() == dims + 1:
-            return op(input.unsqueeze(0), *args).squeeze(0)
-        return op(input, *args)
+            return pool(input.unsqueeze(0), *arguments).squeeze(0)
+        kernel, steps, pads = (_per_dim(v, dims) for v in (kernel_size, stride or kernel_size, padding))
+        if not ceil_mode and not any(pads):
+            for d in range(dims):
+                size = input.shape[d - dims]
+                read = (size - kernel[d]) // steps[d] * steps[d] + kernel[d]
+                if 0 < read < size:
+                    input = input.narrow(d - dims, 0, read)
+        return op(input, *arguments)
 
     return pool
 
 
-avg_pool2d = _batch_of_one(aten.avg_pool2d.default, 2)
-avg_pool3d = _batch_of_one(aten.avg_pool3d.default, 3)
+avg_pool2d = _average_pool(aten.avg_pool2d.default, 2)
+avg_pool3d = _average_pool(aten.avg_pool3d.default, 3)
 
 
 def adaptive_windows(size: int, out: int) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -257,12 +274,6 @@ def _max_pool_backward(dims: int):
         return total.to(grad_output.dtype)
 
     return backward
-
-
-def _per_dim(value, dims: int) -> list[int]:
-    """A pooling argument given once or per dim, per dim."""
-    values = [value] if isinstance(value, int) else list(value)
-    return values * dims if len(values) == 1 else values
 
 
 for _dims in (2, 3):
