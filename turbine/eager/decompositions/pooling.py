@@ -1,6 +1,6 @@
 """Max pooling with torch's indices, adaptive max pooling for any input and output sizes, average
-pooling of unbatched inputs and of inputs whose ends its windows leave unread, and the gradients of average pooling and of max pooling at its
-indices."""
+pooling of unbatched inputs and of inputs whose ends its windows leave unread, and the
+gradients of average pooling and of max pooling at its indices."""
 
 from __future__ import annotations
 
