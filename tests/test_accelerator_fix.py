@@ -38,6 +38,26 @@ def test_the_replacement_answers_only_for_turbine():
     assert not replacement(cuda) and not replacement(cpu)
 
 
+def _executable_mapping(address: int) -> bool:
+    """Whether ``address`` lies in a mapping of this process that may be executed."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            span, permissions = line.split()[:2]
+            start, end = (int(bound, 16) for bound in span.split("-"))
+            if start <= address < end:
+                return "x" in permissions
+    return False
+
+
+def test_a_new_replacement_leaves_earlier_ones_in_place():
+    """A patched slot calls the first page made; a later one must not unmap it (this segfaulted
+    the next CUDA backward once the test above had run in a process where the fix was applied)."""
+    first = accelerator_fix._executable(accelerator_fix._replacement_code(PRIVATE_USE_1))
+    accelerator_fix._executable(accelerator_fix._replacement_code(PRIVATE_USE_1))
+    assert _executable_mapping(first)
+    assert ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_int8)(first)(PRIVATE_USE_1)
+
+
 def test_the_slot_is_where_libtorch_cpu_calls_is_accelerator():
     """After a backward (the engine calls isAccelerator), the slot holds isAccelerator's address."""
     if accelerator_fix.status() == "applied":

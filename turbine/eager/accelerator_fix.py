@@ -45,8 +45,8 @@ SYMBOL = b"_ZN2at11accelerator13isAcceleratorEN3c1010DeviceTypeE"
 
 #: Why the fix is or is not in place ("applied", or the reason it is not).
 _status = "not tried"
-#: The executable page holding the replacement function; it must live as long as the process.
-_code_page: mmap.mmap | None = None
+#: The executable pages made so far: a slot may point into any of them, so none is ever unmapped.
+_code_pages: list[mmap.mmap] = []
 
 
 def status() -> str:
@@ -112,13 +112,16 @@ def _load_address(library: str) -> int:
 
 
 def _executable(code: bytes) -> int:
-    """The address of a new read-and-execute page holding ``code``."""
-    global _code_page
+    """The address of a new read-and-execute page holding ``code``, kept for the process's life.
+
+    Earlier pages stay: dropping one would unmap the function a patched slot calls, and the
+    engine's next backward would jump into unmapped memory.
+    """
     page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     page.write(code)
     address = ctypes.addressof(ctypes.c_char.from_buffer(page))
     _protect(address, mmap.PROT_READ | mmap.PROT_EXEC)
-    _code_page = page
+    _code_pages.append(page)
     return address
 
 
