@@ -593,3 +593,17 @@ def test_float32_reductions_of_a_million_numbers_are_rounded_once():
         rows = x.detach().reshape(16, -1)
         with override(dynamic="all"):  # a shape-generic kernel, whose count is known only when it runs
             torch.testing.assert_close(rows.to(D).sum(1).cpu(), rows.double().sum(1).float(), rtol=2.5e-7, atol=0)
+
+
+def test_a_refinement_that_does_not_compile_leaves_the_op_as_it_is(monkeypatch, fresh_cache, stats):
+    """IREE's CUDA target failed to compile a float64 mean of 16x4x128x128 numbers, which then fell
+    back. A correction that only refines a right lowering gives way to the op itself; here the
+    widening is made to fail on the CPU (complex numbers, which turbine refuses to compile)."""
+    from turbine.eager.decompositions import accumulation
+
+    monkeypatch.setattr(accumulation, "WIDE", torch.complex128)
+    x = torch.rand(64, 32) + 0.5
+    with turbine.fallback("error"):
+        check(lambda t: t.mean(), x)
+        check(lambda t: t.log_softmax(0), x.reshape(-1, 1))
+    assert stats()["compile_failures"] == 0 and stats()["kernels_compiled"] == 2

@@ -12,6 +12,8 @@ a shape-generic kernel) adds in float64, whose 53 bits hold such sums to well un
 ulp, and rounds once: as close as torch's or closer. Smaller ones are traced as they were (their
 error is a few ulps): float64 arithmetic cost IREE's CPU kernels up to 3.5 times their time (a
 row sum of 64x50257), and exp in float64 10 times, so softmax and layer norm widen only their sums.
+Each is declared a "refinement" (eager/registry.py): where a target cannot compile the widened
+kernel (IREE's CUDA target failed a float64 mean), the op as IREE lowers it runs instead.
 """
 
 from __future__ import annotations
