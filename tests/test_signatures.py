@@ -34,7 +34,7 @@ def test_learning_rate_changes_do_not_recompile(stats):
     assert stats()["kernels_compiled"] == compiled
 
 
-def test_new_shape_dim_or_dtype_compiles_anew(stats):
+def test_new_shape_dim_or_dtype_compiles_anew(fresh_cache, stats):
     # Each result is read: a new kernel compiles in the background until its result is needed.
     x = torch.randn(4, 6).to(D)
     x.sum(0).cpu()

@@ -7,8 +7,8 @@ relative off (torch's CPU kernel, which adds in a cascade, 2e-8), the 2-norm of 
 language model's vocabulary) 7e-5 (torch 3.7e-6). Losses, norms and normalisations of large
 tensors are where training reads such sums.
 
-Here a reduction of at least :data:`LARGE` numbers (or of a count only known when the kernel runs:
-a shape-generic kernel) adds in float64, whose 53 bits hold such sums to well under a float32
+Here a reduction of at least :data:`LARGE` numbers (in a shape-generic kernel: of its sizes that are
+fixed) adds in float64, whose 53 bits hold such sums to well under a float32
 ulp, and rounds once: as close as torch's or closer. Smaller ones are traced as they were (their
 error is a few ulps): float64 arithmetic cost IREE's CPU kernels up to 3.5 times their time (a
 row sum of 64x50257), and exp in float64 10 times, so softmax and layer norm widen only their sums.
@@ -31,29 +31,34 @@ WIDE = torch.float64
 LARGE = 1024
 
 
-def _large(count: Any) -> bool:
-    """Whether a reduction of ``count`` numbers is widened: a count known only at run time
-    (a symbolic size) is, since the kernel serves every size."""
-    return not isinstance(count, int) or count >= LARGE
+def _known(sizes: Any) -> int:
+    """The product of ``sizes`` that are numbers: a shape-generic kernel's symbolic sizes count
+    as 1, so that its trace and a fixed-size trace at size 1 (which must be the same program for
+    the kernel to serve that size: eager/op_trace.py) decide alike."""
+    return math.prod(size for size in sizes if isinstance(size, int))
 
 
-def _over(input: torch.Tensor, dim: Any = None) -> Any:
+def _large(count: int) -> bool:
+    return count >= LARGE
+
+
+def _over(input: torch.Tensor, dim: Any = None) -> int:
     """How many numbers a reduction of ``input`` over ``dim`` (a dim, a list, or None and [] for
-    all) adds for each result."""
-    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
-        return input.numel()
+    all) adds for each result, as far as its sizes are known."""
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) or input.dim() == 0:
+        return _known(input.shape)  # a 0-d tensor's dim 0 or -1 is the tensor
     dims = [dim] if isinstance(dim, int) else dim
-    return math.prod(input.shape[d] for d in dims)
+    return _known(input.shape[d] for d in dims)
 
 
-def _per_channel(input: torch.Tensor, *rest: Any, **kwargs: Any) -> Any:
+def _per_channel(input: torch.Tensor, *rest: Any, **kwargs: Any) -> int:
     """How many numbers batch norm adds for each channel (dim 1)."""
-    return input.numel() // input.shape[1]
+    return _known(size for d, size in enumerate(input.shape) if d != 1)
 
 
-def _reduced(input: torch.Tensor, target: torch.Tensor, reduction: int = 1) -> Any:
+def _reduced(input: torch.Tensor, target: torch.Tensor, reduction: int = 1) -> int:
     """How many numbers a loss with ``reduction`` (0: none) adds: all of them, or none."""
-    return input.numel() if reduction else 0
+    return _known(input.shape) if reduction else 0
 
 
 def _widened(value: Any) -> Any:
@@ -85,9 +90,9 @@ def in_float64(op: torch._ops.OpOverload, count: Callable[..., Any]) -> Callable
 #: is what a kernel of ``_native_batch_norm_legit`` traces: eager/ops/normalization.py) and its
 #: gradient (the weight's and bias's, sums over the batch, were 1e-5 off).
 WIDENED: dict[torch._ops.OpOverload, Callable[..., Any]] = {
-    aten.sum.default: lambda input, **_: input.numel(),
+    aten.sum.default: lambda input, **_: _over(input),
     aten.sum.dim_IntList: lambda input, dim, *_, **__: _over(input, dim),
-    aten.mean.default: lambda input, **_: input.numel(),
+    aten.mean.default: lambda input, **_: _over(input),
     aten.mean.dim: lambda input, dim, *_, **__: _over(input, dim),
     aten.nansum.default: lambda input, dim=None, *_, **__: _over(input, dim),
     aten.linalg_vector_norm.default: lambda input, ord=2, dim=None, *_, **__: _over(input, dim),
@@ -139,7 +144,7 @@ def layer_norm(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``native_layer_norm``, a large row's mean and variance accumulated in float64 (IREE's over
     200704 numbers a row was 2e-5 off, torch's 1.8e-7), the normalisation in the input's dtype."""
-    if not _large(math.prod(normalized_shape)):
+    if not _large(_known(normalized_shape)):
         return aten.native_layer_norm.default(input, normalized_shape, weight, bias, eps)
     dims = list(range(input.dim() - len(normalized_shape), input.dim()))
     mean = input.mean(dims, keepdim=True, dtype=WIDE).to(input.dtype)
