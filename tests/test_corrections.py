@@ -605,4 +605,5 @@ def test_a_refinement_that_does_not_compile_leaves_the_op_as_it_is(monkeypatch, 
     with turbine.fallback("error"):
         check(lambda t: t.mean(), x)
         check(lambda t: t.log_softmax(0), x.reshape(-1, 1))
-    assert stats()["compile_failures"] == 0 and stats()["kernels_compiled"] == 2
+        check(lambda t: t.nansum(), x)  # IREE lowers nansum decomposed only
+    assert stats()["compile_failures"] == 0 and stats()["kernels_compiled"] == 3

@@ -114,7 +114,8 @@ AS_IT_IS, DECOMPOSED = 0, 1
 def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list) -> list:
     """The ways to lower the call, in order: the op as it is (``AS_IT_IS``); then torch's
     decompositions of it, where torch has some (``DECOMPOSED``); then, for 0-d inputs, the op on
-    1-d ones; then, for an op whose correction is a "refinement", the op without it."""
+    1-d ones; then, for an op whose correction is a "refinement", the op without it, as it is
+    and decomposed."""
     traced = traced_call(func, schema, args, kwargs, leaves, metas)
     count = len(leaves.tensors)
     result_shapes = [tuple(m.shape) for m in metas if m is not None]
@@ -150,6 +151,7 @@ def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
     if registry.has_trait(_lowered_op(func, args, kwargs), "refinement"):
         plain = shape_checked(traced_call(func, schema, args, kwargs, leaves, metas, corrected=False))
         lowerings.append(lambda: lowering.lower(plain, inputs))
+        lowerings.append(lambda: lowering.lower(plain, inputs, decompose=True) if func in registry.decompositions() else _no_lowering())
     return lowerings
 
 
