@@ -171,8 +171,9 @@ def test_an_interrupted_coverage_run_reports_what_it_finished_and_resumes(tmp_pa
     import sys
 
     names = ["neg", "abs", "sign", "square", "sgn", "frac"]
-    command = [sys.executable, "-m", "turbine", "coverage", "--device", DEVICE, "--jobs", "1", "--samples", "1"]
-    command += ["--out", str(tmp_path), "--ops", *names]
+    # faulthandler: a crash at the process's exit (once a SIGABRT) shows every thread's stack here
+    command = [sys.executable, "-X", "faulthandler", "-m", "turbine", "coverage", "--device", DEVICE, "--jobs", "1"]
+    command += ["--samples", "1", "--out", str(tmp_path), "--ops", *names]
     run = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     first = ""
     while not first.startswith(names[0] + ":"):  # the line of the first entry finished (after any warning)

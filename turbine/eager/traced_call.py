@@ -114,20 +114,27 @@ AS_IT_IS, DECOMPOSED = 0, 1
 def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list) -> list:
     """The ways to lower the call, in order: the op as it is (``AS_IT_IS``); then torch's
     decompositions of it, where torch has some (``DECOMPOSED``); then, for 0-d inputs, the op on
-    1-d ones."""
+    1-d ones; then, for an op whose correction is a "refinement", the op without it, as it is
+    and decomposed."""
     traced = traced_call(func, schema, args, kwargs, leaves, metas)
     count = len(leaves.tensors)
     result_shapes = [tuple(m.shape) for m in metas if m is not None]
 
-    def checked(*values: torch.Tensor) -> list[torch.Tensor]:
-        """traced, refusing results whose shapes are not the meta call's: torch's shape rule and
-        its kernel disagree for some ops (native_batch_norm in eval mode: [C] against [0]), and
-        then only the fallback gives torch's results."""
-        outs = traced(*values)
-        shapes = [_hinted(o.shape) for o in outs]
-        if shapes != result_shapes:
-            raise CompileError(f"the lowering gives results of shapes {shapes}, torch's shape rule {result_shapes}")
-        return outs
+    def shape_checked(traced: Callable) -> Callable:
+        """``traced``, refusing results whose shapes are not the meta call's: torch's shape rule
+        and its kernel disagree for some ops (native_batch_norm in eval mode: [C] against [0]),
+        and then only the fallback gives torch's results."""
+
+        def checked(*values: torch.Tensor) -> list[torch.Tensor]:
+            outs = traced(*values)
+            shapes = [_hinted(o.shape) for o in outs]
+            if shapes != result_shapes:
+                raise CompileError(f"the lowering gives results of shapes {shapes}, torch's shape rule {result_shapes}")
+            return outs
+
+        return checked
+
+    checked = shape_checked(traced)
 
     def traced_as_1d(*values: torch.Tensor) -> list[torch.Tensor]:
         """0-d tensor inputs as 1-element 1-d ones: IREE 3.13 cannot lower some reductions of 0-d
@@ -141,14 +148,19 @@ def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
     ]
     if any(t.dim() == 0 for t in leaves.tensors):
         lowerings.append(lambda: lowering.lower(traced_as_1d, inputs))
+    if registry.has_trait(_lowered_op(func, args, kwargs), "refinement"):
+        plain = shape_checked(traced_call(func, schema, args, kwargs, leaves, metas, corrected=False))
+        lowerings.append(lambda: lowering.lower(plain, inputs))
+        lowerings.append(lambda: lowering.lower(plain, inputs, decompose=True) if func in registry.decompositions() else _no_lowering())
     return lowerings
 
 
-def traced_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list) -> Callable:
-    """The function a kernel of the call traces: the op (or its correction) on the kernel's
-    inputs, tensors then runtime scalars, its results in the meta call's dtypes."""
+def traced_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, corrected: bool = True) -> Callable:
+    """The function a kernel of the call traces: the op (or, if ``corrected``, its correction) on
+    the kernel's inputs, tensors then runtime scalars, its results in the meta call's dtypes."""
     target = _lowered_op(func, args, kwargs)
-    target = registry.correction(target) or target
+    if corrected:
+        target = registry.correction(target) or target
     count = len(leaves.tensors)
     result_dtypes = [m.dtype for m in metas if m is not None]
     opmath = in_opmath(func, leaves)

@@ -1,0 +1,158 @@
+"""Large float reductions accumulated in float64, their results rounded once to torch's dtype.
+
+IREE 3.13 adds a float32 reduction in float32, in order along each vector lane, so its error grows
+with the count: on turbine:cpu a sum or mean of a million numbers in [0.5, 1.5) came out 8.6e-6
+relative off (torch's CPU kernel, which adds in a cascade, 2e-8), the 2-norm of 6.4 million 2e-3
+(torch 2.4e-5), an MSE loss over them 4e-3 (torch 1.4e-8), a log-softmax over 50257 logits (a
+language model's vocabulary) 7e-5 (torch 3.7e-6). Losses, norms and normalisations of large
+tensors are where training reads such sums.
+
+Here a reduction of at least :data:`LARGE` numbers (in a shape-generic kernel: of its sizes that are
+fixed) adds in float64, whose 53 bits hold such sums to well under a float32
+ulp, and rounds once: as close as torch's or closer. Smaller ones are traced as they were (their
+error is a few ulps): float64 arithmetic cost IREE's CPU kernels up to 3.5 times their time (a
+row sum of 64x50257), and exp in float64 10 times, so softmax and layer norm widen only their sums.
+Each is declared a "refinement" (eager/registry.py): where a target cannot compile the widened
+kernel (IREE's CUDA target failed a float64 mean), the op as IREE lowers it runs instead.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+aten = torch.ops.aten
+
+#: The dtype large sums are accumulated in.
+WIDE = torch.float64
+#: The count of numbers from which a reduction is accumulated in float64.
+LARGE = 1024
+
+
+def _known(sizes: Any) -> int:
+    """The product of ``sizes`` that are numbers: a shape-generic kernel's symbolic sizes count
+    as 1, so that its trace and a fixed-size trace at size 1 (which must be the same program for
+    the kernel to serve that size: eager/op_trace.py) decide alike."""
+    return math.prod(size for size in sizes if isinstance(size, int))
+
+
+def _large(count: int) -> bool:
+    return count >= LARGE
+
+
+def _over(input: torch.Tensor, dim: Any = None) -> int:
+    """How many numbers a reduction of ``input`` over ``dim`` (a dim, a list, or None and [] for
+    all) adds for each result, as far as its sizes are known."""
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) or input.dim() == 0:
+        return _known(input.shape)  # a 0-d tensor's dim 0 or -1 is the tensor
+    dims = [dim] if isinstance(dim, int) else dim
+    return _known(input.shape[d] for d in dims)
+
+
+def _per_channel(input: torch.Tensor, *rest: Any, **kwargs: Any) -> int:
+    """How many numbers batch norm adds for each channel (dim 1)."""
+    return _known(size for d, size in enumerate(input.shape) if d != 1)
+
+
+def _reduced(input: torch.Tensor, target: torch.Tensor, reduction: int = 1) -> int:
+    """How many numbers a loss with ``reduction`` (0: none) adds: all of them, or none."""
+    return _known(input.shape) if reduction else 0
+
+
+def _widened(value: Any) -> Any:
+    """A float tensor as float64; anything else (integer tensors, numbers, dims) as it is."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != WIDE:
+        return value.to(WIDE)
+    return value
+
+
+def in_float64(op: torch._ops.OpOverload, count: Callable[..., Any]) -> Callable[..., Any]:
+    """``op``, where ``count(*args, **kwargs)`` is large, on its float tensor arguments widened to
+    float64, a float ``dtype=`` argument too (``sum(x, dtype=torch.float32)`` would otherwise
+    narrow the input again); the traced kernel rounds its results to the op's dtypes
+    (eager/traced_call.py)."""
+
+    def widened(*args: Any, **kwargs: Any) -> Any:
+        if not _large(count(*args, **kwargs)):
+            return op(*args, **kwargs)
+        if isinstance(kwargs.get("dtype"), torch.dtype) and kwargs["dtype"].is_floating_point:
+            kwargs = {**kwargs, "dtype": WIDE}
+        return op(*[_widened(a) for a in args], **{k: _widened(v) for k, v in kwargs.items()})
+
+    widened.__doc__ = f"{op}, accumulated in float64 where it adds at least {LARGE} numbers."
+    return widened
+
+
+#: The ops corrected by :func:`in_float64`, with how many numbers each adds: sums, means and
+#: norms, the losses whose aten op reduces inside, batch norm in training (the functional twin
+#: is what a kernel of ``_native_batch_norm_legit`` traces: eager/ops/normalization.py) and its
+#: gradient (the weight's and bias's, sums over the batch, were 1e-5 off).
+WIDENED: dict[torch._ops.OpOverload, Callable[..., Any]] = {
+    aten.sum.default: lambda input, **_: _over(input),
+    aten.sum.dim_IntList: lambda input, dim, *_, **__: _over(input, dim),
+    aten.mean.default: lambda input, **_: _over(input),
+    aten.mean.dim: lambda input, dim, *_, **__: _over(input, dim),
+    aten.nansum.default: lambda input, dim=None, *_, **__: _over(input, dim),
+    aten.linalg_vector_norm.default: lambda input, ord=2, dim=None, *_, **__: _over(input, dim),
+    aten.logsumexp.default: lambda input, dim, *_: _over(input, dim),
+    aten.mse_loss.default: _reduced,
+    aten._native_batch_norm_legit.no_stats: _per_channel,
+    aten._native_batch_norm_legit_functional.default: _per_channel,
+    aten.native_batch_norm_backward.default: lambda grad, input, *_: _per_channel(input),
+}
+
+
+def _sum_wide(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """``x`` summed along ``dim`` in float64, rounded back to x's dtype, the dim kept."""
+    return x.sum(dim, keepdim=True, dtype=WIDE).to(x.dtype)
+
+
+def softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+    """``_softmax``: exp(x - max) / sum, a large sum accumulated in float64."""
+    if not _large(_over(x, dim)):
+        return aten._softmax.default(x, dim, half_to_float)
+    exps = (x - x.amax(dim, keepdim=True)).exp()
+    return exps / _sum_wide(exps, dim)
+
+
+def log_softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+    """``_log_softmax``: (x - max) - log(sum(exp(x - max))), a large sum accumulated in float64."""
+    if not _large(_over(x, dim)):
+        return aten._log_softmax.default(x, dim, half_to_float)
+    shifted = x - x.amax(dim, keepdim=True)
+    return shifted - shifted.exp().sum(dim, keepdim=True, dtype=WIDE).log().to(x.dtype)
+
+
+def softmax_backward(grad: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype) -> torch.Tensor:
+    """``_softmax_backward_data``: output * (grad - sum(grad * output)), a large sum in float64."""
+    if not _large(_over(grad, dim)):
+        return aten._softmax_backward_data.default(grad, output, dim, input_dtype)
+    return output * (grad - _sum_wide(grad * output, dim))
+
+
+def log_softmax_backward(grad: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype) -> torch.Tensor:
+    """``_log_softmax_backward_data``: grad - exp(output) * sum(grad), a large sum in float64."""
+    if not _large(_over(grad, dim)):
+        return aten._log_softmax_backward_data.default(grad, output, dim, input_dtype)
+    return grad - output.exp() * _sum_wide(grad, dim)
+
+
+def layer_norm(
+    input: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``native_layer_norm``, a large row's mean and variance accumulated in float64 (IREE's over
+    200704 numbers a row was 2e-5 off, torch's 1.8e-7), the normalisation in the input's dtype."""
+    if not _large(_known(normalized_shape)):
+        return aten.native_layer_norm.default(input, normalized_shape, weight, bias, eps)
+    dims = list(range(input.dim() - len(normalized_shape), input.dim()))
+    mean = input.mean(dims, keepdim=True, dtype=WIDE).to(input.dtype)
+    centred = input - mean
+    rstd = ((centred * centred).mean(dims, keepdim=True, dtype=WIDE) + eps).rsqrt().to(input.dtype)
+    output = centred * rstd
+    if weight is not None:
+        output = output * weight
+    if bias is not None:
+        output = output + bias
+    return output, mean, rstd
