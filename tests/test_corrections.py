@@ -578,6 +578,7 @@ def test_float32_reductions_of_a_million_numbers_are_rounded_once():
         "logsumexp": (lambda t: t.reshape(-1).logsumexp(0), 2.5e-7, 0),
         "log-softmax": (lambda t: t.reshape(4, -1).log_softmax(1), 1e-6, 1e-6),
         "layer norm": (lambda t: torch.nn.functional.layer_norm(t.reshape(4, -1), (t.numel() // 4,)), 1e-6, 1e-6),
+        "batch norm, no running statistics": (lambda t: torch.nn.functional.batch_norm(t, None, None, training=True), 1e-6, 1e-6),
     }
     # Kernels for these sizes: where the suite's earlier calls made a family shape-generic in
     # every dim, a kernel counts none of its sizes and adds as IREE does (accumulation.py).
