@@ -203,12 +203,25 @@ def test_executors_iree_turns_the_vendor_off_for_built_plans_too(monkeypatch, ve
     turbine.reset_stats()
     with override(executors="iree"):
         torch.testing.assert_close((a.to(D) @ b.to(D)).cpu(), a @ b)
-        assert timed_plans()[0].executor is executors.IREE
+        assert not timed_plans()  # the plans built with the vendor in are gone
     assert stats()["executors"].get("vendor", 0) == 0 and stats()["executors"]["iree"] == 1
-    with override(executors="iree"):
-        forget_memory()
-        (a.to(D) @ b.to(D)).cpu()
-        assert not timed_plans()  # no plan is timed while the switch is off
+    turbine.reset_stats()
+    (a.to(D) @ b.to(D)).cpu()  # the vendor let in again: its choice, kept on disk, holds
+    assert stats()["executors"].get("vendor") == 1 and stats()["executor_timings"] == 0
+
+
+def test_letting_the_vendor_in_replans_what_iree_alone_planned(monkeypatch, fresh_cache, stats):
+    a, b = torch.randn(16, 24), torch.randn(24, 8)
+    winner("vendor", monkeypatch)
+    with override(executors="iree", background_compile=False):
+        torch.testing.assert_close((a.to(D) @ b.to(D)).cpu(), a @ b)
+        assert not timed_plans()
+    with override(executors="all", background_compile=False):
+        (a.to(D) @ b.to(D)).cpu()  # timed now: IREE's kernel against the vendor's
+        turbine.reset_stats()
+        torch.testing.assert_close((a.to(D) @ b.to(D)).cpu(), a @ b)
+        (plan,) = timed_plans()
+        assert plan.chosen == "vendor" and stats()["executors"].get("vendor") == 1
 
 
 def test_training_through_vendor_kernels_matches_torch(monkeypatch, vendor_on, fresh_cache):

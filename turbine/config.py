@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import platformdirs
 
@@ -112,6 +112,14 @@ class Config:
     #: which then waits for its check).
     check_indices: str = "lazy"
 
+    def __setattr__(self, name: str, value: object) -> None:
+        """Set a field; the listeners of that field (:func:`on_change`) hear of a new value."""
+        changed = name in self.__dict__ and self.__dict__[name] != value
+        super().__setattr__(name, value)
+        if changed:
+            for listener in _listeners.get(name, ()):
+                listener()
+
     @classmethod
     def from_env(cls) -> "Config":
         return cls(
@@ -142,7 +150,16 @@ class Config:
         )
 
 
+#: Field name -> what to call when it takes a new value (:func:`on_change`).
+_listeners: dict[str, list[Callable[[], None]]] = {}
+
 config = Config.from_env()
+
+
+def on_change(name: str, listener: Callable[[], None]) -> None:
+    """Call ``listener`` whenever :data:`config`'s ``name`` takes a new value: for what was
+    decided under the old value and kept (the plans chosen under ``executors``)."""
+    _listeners.setdefault(name, []).append(listener)
 
 
 def choice(name: str, choices: Sequence[str]) -> str:

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from turbine.config import on_change
 from turbine.eager import ops  # noqa: F401  (its declarations fill the op registry)
 from turbine.eager import backward_errors, foreach, planning, registry, runtime, saved_plans, whole_calls
 from turbine.eager.host import device_of
@@ -168,6 +169,16 @@ def clear_plans() -> None:
     runtime.state.factory_kernels.clear()
     runtime.state.families.clear()
     saved_plans.forget()
+
+
+def _forget_executor_choices() -> None:
+    """Forget the plans and whole-call verdicts made under the executors switch's old value: a
+    signature planned for IREE alone would otherwise keep IREE after the vendor is let in."""
+    runtime.state.plans.clear()
+    runtime.state.whole_calls.clear()
+
+
+on_change("executors", _forget_executor_choices)
 
 
 def plans() -> dict[tuple, Callable]:
