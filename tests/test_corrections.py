@@ -80,6 +80,8 @@ def test_reductions_of_0d_tensors():
     check(lambda t: t.argmax(-1), x)
     check(lambda t: torch.max(t, 0), x)
     check(lambda t: torch.min(t, -1, keepdim=True), x)
+    check(lambda t: torch.logsumexp(t, 0), x)
+    check(lambda t: torch.logsumexp(t, [-1], keepdim=True), torch.tensor(float("-inf")))
 
 
 @pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")

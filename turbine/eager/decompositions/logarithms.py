@@ -3,7 +3,8 @@
 IREE 3.13's float64 log1p and expm1 on the CPU computed log(1 + x) and exp(x) - 1 as written:
 1.6e-5 relative error near 1e-11 and 0 for any argument below 1e-16 (its float32 ones are exact
 to float32 and are kept). The functions here are also the helpers turbine's other corrections
-call (asinh, acosh, atanh, sinh, elu): a correction's own torch calls are traced as they are."""
+call (asinh, acosh, atanh, sinh, elu): a correction's own torch calls are traced as they are.
+Also here: logsumexp of a 0-d tensor, which IREE could not compile."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import math
 
 import torch
 
+from turbine.eager.decompositions._common import registers
 from turbine.eager.decompositions.bits import power_of_two
+
+aten = torch.ops.aten
 
 
 def log1p(x: torch.Tensor) -> torch.Tensor:
@@ -47,3 +51,15 @@ def exp2(x: torch.Tensor) -> torch.Tensor:
     half = torch.floor(whole / 2)
     result = torch.exp(fraction * math.log(2)) * power_of_two(half) * power_of_two(whole - half)
     return result.to(dtype)
+
+
+_torch_logsumexp = torch._decomp.decomposition_table[aten.logsumexp.default]
+
+
+@registers(aten.logsumexp.default)
+def logsumexp(input: torch.Tensor, dim: list[int], keepdim: bool = False) -> torch.Tensor:
+    """torch's decomposition, a 0-d input taken as a 1-element one (IREE 3.13 legalized neither
+    the op nor torch's decomposition of it for a 0-d input: 'torch.constant.int')."""
+    if input.dim() == 0:
+        return _torch_logsumexp(input.reshape(1), [0], False)
+    return _torch_logsumexp(input, dim, keepdim)
