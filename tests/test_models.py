@@ -38,6 +38,12 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict)
 #: AdamW scales a gradient g to a step of lr * g / (|g| + eps), which for such g turns on noise,
 #: so those elements of a parameter are held only to AdamW's bound of lr per step.
 NOISE = 1e-6
+#: The same holds where torch's or turbine's float32 gradient is this far from float64's,
+#: relatively: AdamW's second step turns on the ratio of the two gradients, so a gradient just
+#: above NOISE with percent-level rounding error moved ViT's weight (on the GPU, 1 element of
+#: 8191) 3.8e-5 from float64's, where torch's was 1.4e-5 off. On the CPU this holds 1 to 3
+#: elements a parameter beyond NOISE's. The gradients themselves are still compared with torch's.
+ROUNDED = 0.01
 LR = 1e-3
 
 
@@ -61,7 +67,9 @@ def _assert_same_state(model: torch.nn.Module, reference: torch.nn.Module, truth
             _assert_near(f"gradient of {name}", p.grad.cpu(), q.grad, r.grad)
         actual, expected, exact = p.detach().cpu(), q.detach(), r.detach()
         if q.grad is not None:
-            noisy = q.grad.abs() <= NOISE
+            rounding = ROUNDED * r.grad.abs()
+            off = ((p.grad.cpu().double() - r.grad).abs() > rounding) | ((q.grad.double() - r.grad).abs() > rounding)
+            noisy = (q.grad.abs() <= NOISE) | off
             assert ((actual - expected).abs()[noisy] <= 4 * LR).all(), f"{what} {name}: a step beyond AdamW's bound"
             actual, expected, exact = actual[~noisy], expected[~noisy], exact[~noisy]
         _assert_near(f"{what} {name}", actual, expected, exact)
