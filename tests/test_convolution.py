@@ -110,6 +110,7 @@ ONE_WIDE = {
     "depthwise 3x3 stride 4, no padding, one dim": ((2, 4, 5, 9), (4, 1, 3, 3), dict(stride=(4, 1), groups=4)),
     "1-D": ((2, 6, 2), (6, 1, 3), dict(stride=2, padding=1, groups=6)),
     "3-D": ((1, 4, 2, 2, 2), (4, 4, 3, 3, 3), dict(stride=2, padding=1)),
+    "3-D depthwise": ((2, 4, 2, 5, 6), (4, 1, 3, 3, 3), dict(stride=2, padding=1, groups=4)),
 }
 
 
@@ -123,3 +124,19 @@ def test_convolutions_one_wide_run_on_the_part_they_read(case, stats):
     leaves = [t.requires_grad_() for t in leaves]
     convolution = [None, None, None, torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d][len(input_shape)]
     _matches_torch_on_iree(convolution, leaves, options, stats)
+
+
+DEPTHWISE_3D = {
+    "3x3x3, padded": ((2, 8, 5, 6, 7), (8, 1, 3, 3, 3), dict(padding=1, groups=8)),
+    "3x3x3, stride 2, dilated": ((2, 8, 5, 6, 7), (8, 1, 3, 3, 3), dict(stride=2, padding=2, dilation=2, groups=8)),
+    "1x3x5, stride (1, 2, 1)": ((1, 6, 4, 7, 9), (6, 1, 1, 3, 5), dict(stride=(1, 2, 1), padding=(0, 1, 2), groups=6)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEPTHWISE_3D))
+def test_depthwise_3d_convolutions_and_their_gradients(case, stats):
+    """IREE 3.13 could not legalize a 3-D convolution with one input and one output channel a
+    group (video models' depthwise layers fell back); it runs with a zero filter beside each."""
+    input_shape, weight_shape, options = DEPTHWISE_3D[case]
+    leaves = [torch.randn(input_shape), torch.randn(weight_shape), torch.randn(weight_shape[0])]
+    _matches_torch_on_iree(torch.nn.functional.conv3d, [t.requires_grad_() for t in leaves], options, stats)

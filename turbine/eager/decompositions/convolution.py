@@ -22,7 +22,9 @@ its weight gradient that convolution's weight gradient with the roles of input a
 swapped (im2col in 2-D, IREE's own lowering in 1-D and 3-D, which it compiles for plain ones).
 
 Grouped, 1-D and 3-D convolutions, and dilated input gradients, keep IREE's lowering, except
-those whose output is one wide along a dim: they run on the part of the input they read.
+those whose output is one wide along a dim: they run on the part of the input they read, and 3-D
+depthwise ones, which IREE 3.13 could not legalize: they run with a zero filter beside each
+channel's (see :func:`_doubled`).
 """
 
 from __future__ import annotations
@@ -59,9 +61,9 @@ def convolution(
     if not transposed and not _plain_2d(weight, transposed, groups):
         window = _read_window(input, weight, stride, padding, dilation)
         if window is not None:
-            return aten.convolution.default(window, weight, bias, stride, [0] * len(padding), dilation, False, output_padding, groups)
+            return _convolve(window, weight, bias, stride, [0] * len(padding), dilation, False, output_padding, groups)
     if not _plain_2d(weight, transposed, groups):
-        return aten.convolution.default(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+        return _convolve(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     if list(stride) == [1, 1]:
         return _stride_1(input, weight, bias, padding, dilation)
     n, out_channels = input.shape[0], weight.shape[0]
@@ -110,7 +112,7 @@ def convolution_backward(
     if not _plain_2d(weight, transposed, groups) and _read_window(input, weight, stride, padding, dilation) is not None:
         return _windowed_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, output_padding, groups, output_mask)
     if not _plain_2d(weight, transposed, groups):
-        return aten.convolution_backward.default(
+        return _convolve_backward(
             grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
         )
     grad_input = grad_weight = grad_bias = None
@@ -127,6 +129,45 @@ def convolution_backward(
         grad_weight = _weight_gradient(grad_output, input, weight, stride, padding, dilation)
     if output_mask[2]:
         grad_bias = grad_output.sum([0, 2, 3])
+    return grad_input, grad_weight, grad_bias
+
+
+def _depthwise_3d(weight: torch.Tensor, transposed: bool, groups: int) -> bool:
+    """A 3-D convolution with one input and one output channel a group."""
+    return weight.dim() == 5 and not transposed and groups > 1 and weight.shape[0] == groups and weight.shape[1] == 1
+
+
+def _doubled(weight: torch.Tensor) -> torch.Tensor:
+    """A depthwise weight [C, 1, k...] as [2C, 1, k...], each channel's filter followed by zeros.
+    IREE 3.13 could not legalize a 3-D depthwise convolution ('torch.aten.convolution' explicitly
+    marked illegal) but compiles one with two output channels a group; the even ones are the
+    depthwise convolution's, at twice its arithmetic."""
+    return torch.stack([weight, torch.zeros_like(weight)], 1).reshape(2 * weight.shape[0], *weight.shape[1:])
+
+
+def _convolve(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups) -> torch.Tensor:
+    """``aten.convolution`` as IREE compiles it: a 3-D depthwise one with :func:`_doubled` weights."""
+    if not _depthwise_3d(weight, transposed, groups):
+        return aten.convolution.default(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    out = aten.convolution.default(input, _doubled(weight), None, stride, padding, dilation, False, output_padding, groups)[:, 0::2]
+    return out if bias is None else out + bias.reshape(1, -1, 1, 1, 1)
+
+
+def _convolve_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask) -> tuple:
+    """``aten.convolution_backward`` as IREE compiles it: a 3-D depthwise one as the gradients of
+    :func:`_convolve`'s (the zero channels' output gradient zero, their weight gradient dropped)."""
+    if not _depthwise_3d(weight, transposed, groups):
+        return aten.convolution_backward.default(
+            grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
+        )
+    doubled = torch.stack([grad_output, torch.zeros_like(grad_output)], 2).reshape(grad_output.shape[0], -1, *grad_output.shape[2:])
+    mask = [output_mask[0], output_mask[1], False]
+    grad_input, grad_weight, _ = aten.convolution_backward.default(
+        doubled, input, _doubled(weight), None, stride, padding, dilation, False, output_padding, groups, mask
+    )
+    if grad_weight is not None:
+        grad_weight = grad_weight[0::2]
+    grad_bias = grad_output.sum([0, 2, 3, 4]) if output_mask[2] else None
     return grad_input, grad_weight, grad_bias
 
 
@@ -156,7 +197,7 @@ def _windowed_backward(grad_output, input, weight, bias_sizes, stride, padding, 
     cropped to the input."""
     window = _read_window(input, weight, stride, padding, dilation)
     zeros = [0] * len(padding)
-    grad_window, grad_weight, grad_bias = aten.convolution_backward.default(
+    grad_window, grad_weight, grad_bias = _convolve_backward(
         grad_output, window, weight, bias_sizes, stride, zeros, dilation, False, output_padding, groups, output_mask
     )
     grad_input = None
