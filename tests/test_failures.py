@@ -125,7 +125,7 @@ def test_torchs_kernel_meeting_a_lost_context_marks_the_device_lost(monkeypatch)
         for later in (lambda: (x + x).cpu(), lambda: (x * 2).cpu(), lambda: x.cpu()):
             with pytest.raises(DeviceLostError, match="restart the process"):
                 later()
-    (plan,) = [p for p in dispatch.plans().values() if isinstance(p, timed_plan.TimedPlan) and p.device is open_device(lost)]
+        (plan,) = [p for p in dispatch.plans().values() if isinstance(p, timed_plan.TimedPlan) and p.device is open_device(lost)]
     assert plan.chosen == "vendor"  # the fault is not taken for a call torch has no kernel for
     torch.testing.assert_close((xc.to(D) + 1).cpu(), xc + 1)
 
