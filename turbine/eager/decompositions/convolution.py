@@ -137,19 +137,20 @@ def _depthwise_3d(weight: torch.Tensor, transposed: bool, groups: int) -> bool:
     return weight.dim() == 5 and not transposed and groups > 1 and weight.shape[0] == groups and weight.shape[1] == 1
 
 
-def _doubled(weight: torch.Tensor) -> torch.Tensor:
-    """A depthwise weight [C, 1, k...] as [2C, 1, k...], each channel's filter followed by zeros.
-    IREE 3.13 could not legalize a 3-D depthwise convolution ('torch.aten.convolution' explicitly
-    marked illegal) but compiles one with two output channels a group; the even ones are the
-    depthwise convolution's, at twice its arithmetic."""
-    return torch.stack([weight, torch.zeros_like(weight)], 1).reshape(2 * weight.shape[0], *weight.shape[1:])
+def _doubled(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+    """``tensor`` with zeros after each of its entries along ``dim`` (twice as long there): a
+    depthwise weight [C, 1, k...] along 0 becomes [2C, 1, k...], each channel's filter followed by
+    a zero one. IREE 3.13 could not legalize a 3-D depthwise convolution ('torch.aten.convolution'
+    explicitly marked illegal) but compiles one with two output channels a group; the even ones
+    are the depthwise convolution's, at twice its arithmetic."""
+    return torch.stack([tensor, torch.zeros_like(tensor)], dim + 1).flatten(dim, dim + 1)
 
 
 def _convolve(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups) -> torch.Tensor:
     """``aten.convolution`` as IREE compiles it: a 3-D depthwise one with :func:`_doubled` weights."""
     if not _depthwise_3d(weight, transposed, groups):
         return aten.convolution.default(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
-    out = aten.convolution.default(input, _doubled(weight), None, stride, padding, dilation, False, output_padding, groups)[:, 0::2]
+    out = aten.convolution.default(input, _doubled(weight, 0), None, stride, padding, dilation, False, output_padding, groups)[:, 0::2]
     return out if bias is None else out + bias.reshape(1, -1, 1, 1, 1)
 
 
@@ -160,10 +161,9 @@ def _convolve_backward(grad_output, input, weight, bias_sizes, stride, padding, 
         return aten.convolution_backward.default(
             grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
         )
-    doubled = torch.stack([grad_output, torch.zeros_like(grad_output)], 2).reshape(grad_output.shape[0], -1, *grad_output.shape[2:])
     mask = [output_mask[0], output_mask[1], False]
     grad_input, grad_weight, _ = aten.convolution_backward.default(
-        doubled, input, _doubled(weight), None, stride, padding, dilation, False, output_padding, groups, mask
+        _doubled(grad_output, 1), input, _doubled(weight, 0), None, stride, padding, dilation, False, output_padding, groups, mask
     )
     if grad_weight is not None:
         grad_weight = grad_weight[0::2]
