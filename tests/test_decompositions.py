@@ -372,6 +372,28 @@ def test_histc():
     check_on_iree(lambda t: torch.histc(t, 3), torch.ones(5))  # a point range, widened
 
 
+@pytest.mark.parametrize("invert", [False, True])
+def test_isin(invert):
+    """Tensors in tensors (NaN in nothing, -0.0 in 0.0, mixed dtypes) and a number in a tensor."""
+    ids, eos = torch.randint(0, 50, (4, 7)), torch.tensor([[3, 17], [42, 0]])
+    check_on_iree(lambda x, t: torch.isin(x, t, invert=invert), ids, eos)
+    floats = torch.tensor([1.0, math.nan, -0.0, 2.5, 3.0])
+    check_on_iree(lambda x, t: torch.isin(x, t, invert=invert), floats, torch.tensor([0.0, math.nan, 2.5]))
+    check_on_iree(lambda x, t: torch.isin(x, t, invert=invert), floats, torch.tensor([3, 1]))
+    check_on_iree(lambda x, t: torch.isin(x, t, invert=invert), ids[0, 0], eos)  # 0-d elements
+    for number in (3, 2.5, 42):
+        check_on_iree(lambda t: torch.isin(number, t, invert=invert), eos)
+        check_on_iree(lambda t: torch.isin(number, t, invert=invert), floats)
+
+
+def test_isin_of_more_pairs_than_one_kernel_compares_falls_back(stats):
+    elements, tests = torch.arange(3000), torch.arange(1000, 2500)  # 4.5M pairs
+    with pytest.warns(turbine.TurbineFallbackWarning, match="isin"):
+        found = torch.isin(elements.to(D), tests.to(D)).cpu()
+    assert torch.equal(found, torch.isin(elements, tests))
+    assert stats()["fallbacks"] == {"aten.isin.Tensor_Tensor": 1}
+
+
 @pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter", "ignore:index_reduce")
 def test_scatters_written_with_scatter_reduce_and_index_put():
     x = torch.randn(10, 5)
