@@ -96,8 +96,7 @@ def test_an_index_op_matches_torch_in_range_and_out(name, size, entries):
         torch.testing.assert_close(ours[1], expected[1])
     else:
         assert ours == _as_turbine_words_it(name, expected), f"{name}{entries} on size {size}"
-    if name != "embedding_bag":  # IREE 3.13 cannot compile it: torch's kernel runs it, and checks
-        assert not turbine.stats()["fallbacks"], turbine.stats()["fallbacks"]  # IREE's kernels ran it, checked
+    assert not turbine.stats()["fallbacks"], turbine.stats()["fallbacks"]  # IREE's kernels ran it, checked
 
 
 @pytest.mark.parametrize("name", sorted(OPS))
@@ -183,8 +182,7 @@ def test_negative_indices_count_from_the_end_where_the_op_allows_them():
 
 def test_ignored_targets_and_bags_out_of_range_give_torchs_results_and_errors():
     """nll_loss skips targets equal to ``ignore_index`` (-100 by default, outside the class range)
-    instead of reporting them; an embedding_bag index out of range raises torch's own error
-    (torch's CPU kernel checks it: the fallback re-raises torch's refusal)."""
+    instead of reporting them; an embedding_bag index out of range raises torch's own error."""
     scores = torch.randn(4, 3).log_softmax(1)
     target = torch.tensor([0, -100, 2, -100])
     torch.testing.assert_close(F.nll_loss(scores.to(D), target.to(D)).cpu(), F.nll_loss(scores, target))

@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 from turbine.device import Device, open_device
 from turbine.device.registry import by_index, current, opened_devices
 from turbine.eager import backward_errors, conversion, factories, graphs, pinning, whole_calls
-from turbine.eager.ops import bounds, ctc
+from turbine.eager.ops import bags, bounds, ctc
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device
 
@@ -98,8 +98,9 @@ _SHALLOW_COPY_COMPATIBLE = torch._has_compatible_shallow_copy_type
 _PIN = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
 _ONE_HOT = torch.nn.functional.one_hot
 _CTC_LOSS = (torch.nn.functional.ctc_loss, torch.ctc_loss)
+_EMBEDDING_BAG = torch.nn.functional.embedding_bag
 #: Checked on every torch call in the process: a set, so the check is one hash lookup.
-_INTERCEPTED = frozenset((*_TENSOR_TO, _PARSE_TO, *_BACKWARD, _SHALLOW_COPY_COMPATIBLE, torch.device, *_PIN, _ONE_HOT, *_CTC_LOSS))
+_INTERCEPTED = frozenset((*_TENSOR_TO, _PARSE_TO, *_BACKWARD, _SHALLOW_COPY_COMPATIBLE, torch.device, *_PIN, _ONE_HOT, *_CTC_LOSS, _EMBEDDING_BAG))
 
 
 def _device_object(*args: Any, **kwargs: Any) -> torch.device:
@@ -139,6 +140,8 @@ class DeviceMode(TorchFunctionMode):
             return bounds.one_hot(*args, **kwargs)  # torch checks no class of a Python backend's
         if func in _CTC_LOSS and isinstance(args[0] if args else kwargs.get("log_probs"), DeviceTensor):
             return ctc.ctc_loss(func, *args, **kwargs)  # lengths as host numbers, as for torch's own tensors
+        if func is _EMBEDDING_BAG and isinstance(args[1] if len(args) > 1 else kwargs.get("weight"), DeviceTensor):
+            return bags.embedding_bag(*args, **kwargs)  # as ops IREE runs, above autograd
         if func in _PIN and pinning.for_turbine(args[1] if len(args) > 1 else kwargs.get("device")):
             # pinned memory is a C++ hook a Python backend cannot give (eager/pinning.py)
             return args[0].clone() if func is torch.Tensor.pin_memory else False
