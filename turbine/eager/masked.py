@@ -4,7 +4,8 @@ IREE 3.13 compiles ``index_put`` with a boolean mask, but its kernel crashed the
 the number of elements written depends on the data. When one value is written to every selected
 element (a 0-d or one-element ``values``, the usual ``grad[mask] = 0``), the write is
 ``where(mask, value, x)`` (``x + value`` where accumulating), one elementwise kernel with no
-data-dependent shape. Other masked writes go to the fallback policy.
+data-dependent shape. Other masked writes index with the coordinates of the mask's true entries
+(eager/ops/selection.py).
 """
 
 from __future__ import annotations

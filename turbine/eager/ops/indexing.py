@@ -6,14 +6,13 @@ from typing import Any
 
 import torch
 
-from turbine.eager import fallback, masked
+from turbine.eager import masked
 from turbine.eager.meta import meta_call
-from turbine.eager.ops import bounds
+from turbine.eager.ops import bounds, selection
 from turbine.eager.registry import Continue, declare
 from turbine.eager.schema import schema_of
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device
-from turbine.errors import UnsupportedOpError
 
 aten = torch.ops.aten
 
@@ -30,12 +29,13 @@ def _index(func: Any, args: tuple, kwargs: dict) -> Any:
     if device is not None and func in _CHECKED:
         args = (args[0], bounds.check_indexing(args[0], indices)) + tuple(args[2:])
         indices = args[1]
-    if func is not aten.index.Tensor and any(masked.is_mask(i) for i in indices):
-        result = masked.as_select(func, args, kwargs)
-        if result is not None:
-            return result
-        reason = UnsupportedOpError(f"{func} with a boolean mask crashes IREE 3.13's kernel")
-        return fallback.run(func, args, kwargs, reason)
+    if any(masked.is_mask(i) for i in indices):
+        if func is not aten.index.Tensor:
+            result = masked.as_select(func, args, kwargs)  # no host read
+            if result is not None:
+                return result
+        # IREE 3.13's index_put kernel with a mask crashed the process: coordinates instead
+        args = (args[0], selection.mask_as_indices(args[0], indices)) + tuple(args[2:])
     return Continue(args, kwargs)
 
 
@@ -58,16 +58,11 @@ def _cat(func: Any, args: tuple, kwargs: dict) -> Any:
     return result
 
 
-declare(aten.index.Tensor, "CPU index tensors are uploaded to the indexed device, as CUDA accepts them", handler=_index)
+declare(aten.index.Tensor, "CPU index tensors are uploaded to the indexed device, as CUDA accepts them; boolean masks become their true entries' coordinates", handler=_index)
 _INDEX_PUTS = [aten.index_put.default, aten.index_put_.default, aten._index_put_impl.default, aten._index_put_impl_.default]
 declare(
     _INDEX_PUTS,
-    "CPU index tensors are uploaded; a boolean mask writing one value is a select (eager/masked.py)",
+    "CPU index tensors are uploaded; a boolean mask writing one value is a select (eager/masked.py), other masks their true entries' coordinates (eager/ops/selection.py)",
     handler=_index,
-)
-declare(
-    _INDEX_PUTS,
-    "a boolean mask writing more than one value: IREE 3.13's kernel crashed the process",
-    fallback=True,
 )
 declare(aten.cat.default, "inputs with no elements are left out: IREE is not to be trusted with empty tensors", handler=_cat)

@@ -1,0 +1,77 @@
+"""Ops whose result's size is a mask's count of true entries (eager/ops/selection.py): nonzero,
+argwhere, masked_select and boolean masks as indices, read and written, with their gradients,
+on IREE's kernels alone; a new count compiles nothing once the count's dim is dynamic."""
+
+import pytest
+import torch
+
+import turbine
+from checks import D
+
+
+def _on_iree(fn, *tensors):
+    """fn on turbine, with no fallback, against fn on the CPU."""
+    with turbine.fallback("error"):
+        actual = fn(*[t.to(D) for t in tensors]).cpu()
+    expected = fn(*tensors)
+    assert actual.dtype == expected.dtype
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape", [(), (7,), (4, 5), (2, 3, 4)], ids=["0-d", "1-d", "2-d", "3-d"])
+def test_nonzero_and_argwhere(shape):
+    x = torch.randn(shape).round()
+    _on_iree(torch.nonzero, x)
+    _on_iree(torch.argwhere, x)
+    _on_iree(lambda t: torch.nonzero(t > 100), x)  # no entry
+    _on_iree(lambda t: torch.nonzero(t == t), x)  # every entry
+
+
+def test_masked_select_broadcasts_its_mask_and_reads_any_dtype():
+    x, mask = torch.randn(4, 5), torch.rand(5) > 0.5
+    _on_iree(torch.masked_select, x, mask)
+    _on_iree(lambda t: torch.masked_select(t, t > 0), x)
+    _on_iree(lambda t: torch.masked_select(t, t > 0), torch.arange(-5, 6))
+
+
+def test_masks_as_indices_read_and_write():
+    x = torch.randn(4, 5)
+    _on_iree(lambda t: t[t > 0], x)
+    _on_iree(lambda t: t[:, t[0] > 0], x)
+    _on_iree(lambda t: t[t[:, 0] > 0, 1:], x)
+
+    def write(t: torch.Tensor) -> torch.Tensor:
+        t = t.clone()
+        mask = t > 0
+        t[mask] = torch.arange(8.0, device=t.device)[: int(mask.sum())] * 10  # values, not one value
+        return t
+
+    _on_iree(write, torch.tensor([[1.0, -2.0, 3.0], [4.0, -5.0, -6.0]]))
+
+
+def test_gradients_through_masks():
+    x = torch.randn(4, 5)
+    for fn in (lambda t: t[t > 0], lambda t: torch.masked_select(t, t < 0.5)):
+        ours, theirs = x.to(D).requires_grad_(), x.clone().requires_grad_()
+        with turbine.fallback("error"):
+            (fn(ours) ** 2).sum().backward()
+        (fn(theirs) ** 2).sum().backward()
+        torch.testing.assert_close(ours.grad.cpu(), theirs.grad)
+
+
+def test_a_mask_of_the_wrong_shape_raises_torchs_error():
+    x = torch.randn(4, 5)
+    with pytest.raises(IndexError) as expected:
+        x[torch.ones(3, dtype=torch.bool)]
+    with pytest.raises(IndexError, match=str(expected.value).replace("[", r"\[").replace("]", r"\]")):
+        x.to(D)[torch.ones(3, dtype=torch.bool, device=D)]
+
+
+def test_new_counts_compile_nothing_once_the_count_is_dynamic(stats):
+    x = torch.randn(64).to(D)
+    for threshold in (0.0, 0.5):  # two counts: the count's dims become dynamic
+        x[x > threshold].cpu()
+    compiled = stats()["kernels_compiled"]
+    for threshold in (-1.0, -0.5, 1.0, 1.5):
+        x[x > threshold].cpu()
+    assert stats()["kernels_compiled"] == compiled
