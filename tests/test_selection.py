@@ -75,3 +75,27 @@ def test_new_counts_compile_nothing_once_the_count_is_dynamic(stats):
     for threshold in (-1.0, -0.5, 1.0, 1.5):
         x[x > threshold].cpu()
     assert stats()["kernels_compiled"] == compiled
+
+
+UNIQUE_INPUTS = {
+    "NaNs": torch.tensor([3.0, 1.0, float("nan"), 1.0, 2.0, float("nan")]),
+    "2-d": torch.tensor([[2, 1], [1, 2]]),
+    "3-d": torch.randint(0, 5, (3, 4, 5)),
+    "one": torch.tensor([7.0]),
+    "0-d": torch.tensor(4),
+    "bool": torch.tensor([True, False, True, True]),
+}
+
+
+@pytest.mark.parametrize("counts", [False, True], ids=["", "counts"])
+@pytest.mark.parametrize("inverse", [False, True], ids=["", "inverse"])
+@pytest.mark.parametrize("name", sorted(UNIQUE_INPUTS))
+def test_unique_and_unique_consecutive(name, inverse, counts):
+    x = UNIQUE_INPUTS[name]
+    for fn in (torch.unique, torch.unique_consecutive):
+        with turbine.fallback("error"):
+            actual = [t.cpu() for t in fn(x.to(D), return_inverse=inverse, return_counts=counts, **({"sorted": True} if fn is torch.unique else {}))]
+        expected = fn(x, return_inverse=inverse, return_counts=counts)
+        for ours, theirs in zip(actual, expected):
+            assert ours.dtype == theirs.dtype
+            torch.testing.assert_close(ours, theirs, rtol=0, atol=0, equal_nan=True)

@@ -25,8 +25,10 @@ def order_key(input: torch.Tensor) -> torch.Tensor:
 
     IREE 3.13's sort and topk compare floats as they are, so a NaN landed anywhere. Reading the
     bits as a signed integer orders positive floats already; flipping the other bits of negative
-    ones orders those too.
+    ones orders those too. Booleans are keyed as bytes: IREE 3.13 sorted True before False.
     """
+    if input.dtype == torch.bool:
+        return input.to(torch.uint8)
     if not input.dtype.is_floating_point:
         return input
     if input.dim() == 0:  # IREE 3.13 cannot reinterpret a 0-d tensor

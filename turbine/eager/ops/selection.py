@@ -1,5 +1,6 @@
 """Ops whose result's size is the number of true entries of a mask: ``nonzero`` (``argwhere``),
-``masked_select``, and boolean masks as indices (``x[mask]``, ``x[mask] = values``).
+``masked_select``, boolean masks as indices (``x[mask]``, ``x[mask] = values``), and ``unique``
+and ``unique_consecutive`` (the mask of where a run of equal values starts).
 
 torch has no shape rule for these (the size depends on the data), so turbine could not plan
 them and they fell back, ``x[mask]`` and its gradient among them. torch's CUDA kernels read the
@@ -15,7 +16,7 @@ from typing import Any
 
 import torch
 
-from turbine.eager.registry import declare
+from turbine.eager.registry import Continue, declare
 
 aten = torch.ops.aten
 
@@ -76,5 +77,49 @@ def mask_as_indices(tensor: torch.Tensor, indices: list) -> list:
     return expanded
 
 
+def _runs(values: torch.Tensor, return_inverse: bool, return_counts: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each run of equal neighbours in 1-d ``values`` as one value (NaN equals nothing, as in
+    torch's kernels); with each value's run, and each run's length, where asked for (else
+    empty, as torch gives them)."""
+    count = values.numel()
+    starts = torch.ones(count, dtype=torch.bool, device=values.device)
+    if count > 1:
+        starts = torch.cat([starts[:1], values[1:] != values[:-1]])
+    first = flat_positions(starts)
+    nothing = torch.empty(0, dtype=torch.int64, device=values.device)
+    run = starts.cumsum(0) - 1 if return_inverse else nothing
+    lengths = torch.diff(first, append=torch.full((1,), count, dtype=torch.int64, device=values.device)) if return_counts else nothing
+    return values.index_select(0, first), run, lengths
+
+
+def _unique(func: Any, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``_unique2`` (``torch.unique`` without ``dim``): the runs of the stably sorted values,
+    always in order (torch leaves the order of ``sorted=False`` open); each element's run found
+    through the sort's permutation."""
+    input = args[0]
+    return_inverse = _flag(args, kwargs, 2, "return_inverse")
+    values, order = torch.sort(input.reshape(-1), stable=True)
+    unique, run, counts = _runs(values, return_inverse, _flag(args, kwargs, 3, "return_counts"))
+    if return_inverse:
+        run = torch.zeros_like(run).index_put((order,), run).reshape(input.shape)
+    return unique, run, counts
+
+
+def _unique_consecutive(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``unique_consecutive`` without ``dim``: the runs of equal neighbours."""
+    if _flag(args, kwargs, 3, "dim", None) is not None:
+        return Continue(args, kwargs)
+    input = args[0]
+    return_inverse = _flag(args, kwargs, 1, "return_inverse")
+    unique, run, counts = _runs(input.reshape(-1), return_inverse, _flag(args, kwargs, 2, "return_counts"))
+    return unique, run.reshape(input.shape) if return_inverse else run, counts
+
+
+def _flag(args: tuple, kwargs: dict, position: int, name: str, default: Any = False) -> Any:
+    return args[position] if len(args) > position else kwargs.get(name, default)
+
+
 declare(aten.nonzero.default, "the count of nonzero entries read on the host (as torch CUDA reads it), then IREE kernels", handler=_nonzero)
 declare(aten.masked_select.default, "the mask's true entries found as nonzero finds them, then gathered", handler=_masked_select)
+declare(aten._unique2.default, "a stable sort, then the starts of its runs of equal values found as nonzero finds them", handler=_unique)
+declare(aten.unique_consecutive.default, "the starts of the runs of equal neighbours found as nonzero finds them", handler=_unique_consecutive)
