@@ -50,33 +50,41 @@ def embedding_bag(
             "embedding_bag(sparse=True) gives the weight a sparse gradient, and turbine devices hold dense "
             "tensors only: pass sparse=False (the optimizer then steps on a dense gradient)"
         )
-    if input.dim() == 2:
-        bags, indices, bag = input.shape[0], input.reshape(-1), _rows_as_bags(input, weight.device)
-        if per_sample_weights is not None:
-            per_sample_weights = per_sample_weights.reshape(-1)
-    else:
-        bags, indices = offsets.numel() - (1 if include_last_offset else 0), input
-    if isinstance(indices, DeviceTensor):
-        indices, offsets = checked_bags(indices, offsets if input.dim() == 1 else None, weight)
-    if input.dim() == 1:
-        bag = _bag_of_each_index(indices.numel(), offsets, weight.device)
-    width = weight.shape[1]
+    bags, indices, bag = _bags(input, offsets, include_last_offset, weight)
     if indices.numel() == 0:
-        return torch.zeros((bags, width), dtype=weight.dtype, device=weight.device)
+        return torch.zeros((bags, weight.shape[1]), dtype=weight.dtype, device=weight.device)
     rows = F.embedding(indices, weight, max_norm=max_norm, norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq)
     if per_sample_weights is not None:
-        rows = rows * per_sample_weights.unsqueeze(-1)
+        rows = rows * per_sample_weights.reshape(-1, 1)
     kept = (bag >= 0) & (bag < bags)
     if padding_idx is not None:
         kept = kept & (indices != padding_idx % weight.shape[0])
-    bag = torch.where(kept, bag, bags)  # bag `bags`: the one dropped
-    empty = torch.zeros((bags + 1, width), dtype=weight.dtype, device=weight.device)
+    return _into_bags(rows, torch.where(kept, bag, bags), kept, bags, mode)
+
+
+def _bags(input: torch.Tensor, offsets: torch.Tensor | None, include_last_offset: bool, weight: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """How many bags there are, the indices (1-d, checked on the device), and each index's bag."""
+    if input.dim() == 2:
+        bags, indices, bag = input.shape[0], input.reshape(-1), _rows_as_bags(input, weight.device)
+        if isinstance(indices, DeviceTensor):
+            indices, _ = checked_bags(indices, None, weight)
+        return bags, indices, bag
+    bags, indices = offsets.numel() - (1 if include_last_offset else 0), input
+    if isinstance(indices, DeviceTensor):
+        indices, offsets = checked_bags(indices, offsets, weight)
+    return bags, indices, _bag_of_each_index(indices.numel(), offsets, weight.device)
+
+
+def _into_bags(rows: torch.Tensor, bag: torch.Tensor, kept: torch.Tensor, bags: int, mode: str) -> torch.Tensor:
+    """Each bag's sum, mean or max of its rows; rows whose bag is ``bags`` are dropped."""
+    width = rows.shape[1]
+    empty = torch.zeros((bags + 1, width), dtype=rows.dtype, device=rows.device)
     if mode == "max":
         return empty.scatter_reduce(0, bag.unsqueeze(-1).expand(-1, width), rows, "amax", include_self=False)[:bags]
     sums = empty.index_add(0, bag, rows)[:bags]
     if mode == "sum":
         return sums
-    counts = torch.zeros(bags + 1, dtype=weight.dtype, device=weight.device).index_add(0, bag, kept.to(weight.dtype))
+    counts = torch.zeros(bags + 1, dtype=rows.dtype, device=rows.device).index_add(0, bag, kept.to(rows.dtype))
     return sums / counts[:bags].clamp(min=1).unsqueeze(-1)
 
 
