@@ -47,6 +47,13 @@ def test_masks_as_indices_read_and_write():
         return t
 
     _on_iree(write, torch.tensor([[1.0, -2.0, 3.0], [4.0, -5.0, -6.0]]))
+    _on_iree(write, -torch.ones(2, 3))  # no true entry: nothing written
+    _on_iree(lambda t: torch.index_put(t, (t[:, 0] > 5,), torch.arange(5.0, device=t.device), accumulate=True), x)
+
+
+def test_an_empty_tensor_has_no_nonzero_entries():
+    _on_iree(torch.argwhere, torch.zeros(0, 3))
+    _on_iree(torch.nonzero, torch.zeros(2, 0))
 
 
 def test_gradients_through_masks():

@@ -36,8 +36,13 @@ def _index(func: Any, args: tuple, kwargs: dict) -> Any:
                 return result
         # IREE 3.13's index_put kernel with a mask crashed the process: coordinates instead
         args = (args[0], selection.mask_as_indices(args[0], indices)) + tuple(args[2:])
+        if func is not aten.index.Tensor and any(i is not None and i.numel() == 0 for i in args[1]):
+            return args[0] if func in _IN_PLACE else aten.clone.default(args[0])  # a mask of no true entry writes nothing
     return Continue(args, kwargs)
 
+
+#: The index_put forms that write into their first argument.
+_IN_PLACE = (aten.index_put_.default, aten._index_put_impl_.default)
 
 #: The indexing ops that check their indices (their in-place forms run them).
 _CHECKED = (aten.index.Tensor, aten.index_put.default, aten._index_put_impl.default)

@@ -24,7 +24,7 @@ aten = torch.ops.aten
 def flat_positions(mask: torch.Tensor) -> torch.Tensor:
     """The flat positions of ``mask``'s nonzero entries, in order (int64, 1-d)."""
     flat = mask.reshape(-1) != 0
-    count = int(aten.sum.default(flat, dtype=torch.int64).item())
+    count = int(aten.sum.default(flat, dtype=torch.int64).item()) if flat.numel() else 0
     if count == 0:
         return torch.empty(0, dtype=torch.int64, device=mask.device)
     places = torch.where(flat, flat.cumsum(0) - 1, count)
