@@ -1,6 +1,6 @@
 """Ops whose result's size is a mask's count of true entries (eager/ops/selection.py): nonzero,
-argwhere, masked_select and boolean masks as indices, read and written, with their gradients,
-on IREE's kernels alone; a new count compiles nothing once the count's dim is dynamic."""
+argwhere, masked_select, boolean masks as indices (read and written), unique and repeat_interleave
+without an output size, with their gradients, on IREE's kernels alone; a new count compiles nothing once the count's dim is dynamic."""
 
 import pytest
 import torch
@@ -106,3 +106,18 @@ def test_unique_and_unique_consecutive(name, inverse, counts):
         for ours, theirs in zip(actual, expected):
             assert ours.dtype == theirs.dtype
             torch.testing.assert_close(ours, theirs, rtol=0, atol=0, equal_nan=True)
+
+
+def test_repeat_interleave_without_an_output_size():
+    """The result's size is the repeats' sum, read on the host; negative repeats are torch's error."""
+    repeats, x = torch.tensor([2, 0, 3, 1]), torch.randn(4, 3)
+    _on_iree(torch.repeat_interleave, repeats)
+    _on_iree(lambda t, r: t.repeat_interleave(r, dim=0), x, repeats)
+    _on_iree(lambda t, r: t.repeat_interleave(r, dim=1), x, torch.tensor([1, 2, 3]))
+    ours, theirs = x.to(D).requires_grad_(), x.clone().requires_grad_()
+    with turbine.fallback("error"):
+        ours.repeat_interleave(repeats.to(D), dim=0).square().sum().backward()
+    theirs.repeat_interleave(repeats, dim=0).square().sum().backward()
+    torch.testing.assert_close(ours.grad.cpu(), theirs.grad)
+    with pytest.raises(RuntimeError, match="repeats can not be negative"):
+        torch.repeat_interleave(torch.tensor([1, -2], device=D)).cpu()

@@ -254,11 +254,16 @@ def _masked_scatter(func: Any, args: tuple, kwargs: dict) -> Continue:
 def _repeat_counts(func: Any, args: tuple, kwargs: dict) -> Continue:
     """``repeat_interleave(repeats, output_size=n)``: the repeats must add up to ``n``, which torch's
     CPU kernel checks and its CUDA kernel does not (a larger sum writes past the result). A sum
-    over ``n`` gives the kernel no repeats at all; any other sum is reported at the next read."""
+    over ``n`` gives the kernel no repeats at all; any other sum is reported at the next read.
+    Without ``n`` (no shape rule: the size is the data's), the repeats are checked and summed on
+    the host, and the op runs with that ``n``."""
     named = bound_arguments(func, args, kwargs)
     repeats, size = named["repeats"], named.get("output_size")
-    if size is None or not isinstance(repeats, DeviceTensor) or repeats.numel() == 0:
+    if not isinstance(repeats, DeviceTensor) or repeats.numel() == 0:
         return Continue(args, kwargs)
+    if size is None:  # the result's size is the repeats' sum: read on the host, as torch CUDA reads it
+        repeats = checked(repeats, 0, 1 << 62, lambda value, position: RuntimeError("repeats can not be negative"))
+        return Continue(*as_call(func, named | {"repeats": repeats, "output_size": int(repeats.sum().item())}))
     total = repeats.sum().reshape(1).to(torch.int64)
     error = lambda value, position: RuntimeError("allocated size does not match required size")  # noqa: E731
     checked(total, size, size + 1, error)
@@ -361,7 +366,7 @@ declare(aten.lu_unpack.default, "its pivots are checked against the factored mat
 declare(aten.binary_cross_entropy.default, "its input and target are checked to lie in [0, 1]", handler=_probabilities)
 declare(aten.masked_scatter.default, "its mask's ones are counted against the source's elements", handler=_masked_scatter)
 declare(aten._grouped_mm.default, "its group offsets are checked against the jagged dim, for order and (on a GPU) for alignment", handler=_group_offsets)
-declare(aten.repeat_interleave.Tensor, "its repeats are added up against the output_size it is given", handler=_repeat_counts)
+declare(aten.repeat_interleave.Tensor, "its repeats are added up against the output_size it is given, or on the host into one", handler=_repeat_counts)
 declare(
     [aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default, aten.nll_loss2d_backward.default],
     "its class targets are checked against the number of classes (ignore_index aside)",
