@@ -1,6 +1,7 @@
 """Ops whose result's size is a mask's count of true entries (eager/ops/selection.py): nonzero,
 argwhere, masked_select, boolean masks as indices (read and written), unique and repeat_interleave
-without an output size, with their gradients, on IREE's kernels alone; a new count compiles nothing once the count's dim is dynamic."""
+without an output size, with their gradients, on IREE's kernels alone; a new count compiles
+nothing once the count's dim is dynamic."""
 
 import pytest
 import torch
