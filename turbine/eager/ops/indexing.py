@@ -20,7 +20,8 @@ aten = torch.ops.aten
 def _index(func: Any, args: tuple, kwargs: dict) -> Any:
     """Indexing accepts CPU index tensors (as on CUDA): they are uploaded to the indexed device.
     The out-of-place forms check each index against its dim (eager/ops/bounds.py); in-place
-    ones run those."""
+    ones run those. A boolean mask writing one value is a select (eager/masked.py); other masks
+    become the coordinates of their true entries (eager/ops/selection.py), as torch makes them."""
     device = args[0]._storage.device if isinstance(args[0], DeviceTensor) else None
     indices = args[1]
     if device is not None and any(type(i) is torch.Tensor and i.dim() > 0 for i in indices):
