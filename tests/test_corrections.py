@@ -129,6 +129,25 @@ def test_min_max_ops_keep_nans(fn):
     _same(fn(x.to(D)), fn(x))
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda t, b: t.clamp(max=b),
+        lambda t, b: t.clamp(min=b),
+        lambda t, b: torch.clamp_max(t, b),
+        lambda t, b: torch.clamp_min(t, b),
+        lambda t, b: torch.maximum(t, b),
+        lambda t, b: torch.minimum(t, b),
+    ],
+    ids=["clamp_max_bound", "clamp_min_bound", "clamp_max", "clamp_min", "maximum", "minimum"],
+)
+@pytest.mark.parametrize("bound", [False, True])
+def test_min_max_ops_of_booleans(fn, bound):
+    """IREE 3.13's clamp of a boolean tensor by a boolean tensor kept the input."""
+    x, b = torch.rand(4, 5) > 0.5, torch.tensor(bound)
+    _same(fn(x.to(D), b.to(D)), fn(x, b))
+
+
 def test_argmax_and_argmin_point_at_the_first_nan():
     x = _with_nans(5, 6)
     for fn in (lambda t: t.argmax(1), lambda t: t.argmin(0), lambda t: t.argmax(), lambda t: t.argmin(1, keepdim=True)):

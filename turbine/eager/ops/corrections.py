@@ -55,11 +55,15 @@ def _nan_propagating(op: torch._ops.OpOverload) -> Callable:
     """``op`` giving NaN where any tensor argument is NaN, as torch's kernels do.
 
     IREE 3.13 lowers min/max comparisons as selects that drop a NaN: maximum(nan, 2) gave 2,
-    clamp and hardtanh turned NaN into a bound.
+    clamp and hardtanh turned NaN into a bound. Booleans go through as bytes: its clamp of a
+    boolean tensor by boolean tensors kept the input (clamp(x, max=False) gave x).
     """
 
     def corrected(*args, **kwargs):
         result = op(*args, **kwargs)
+        if result.dtype == torch.bool:
+            as_bytes = lambda v: v.to(torch.uint8) if isinstance(v, torch.Tensor) and v.dtype == torch.bool else v  # noqa: E731
+            return op(*map(as_bytes, args), **{k: as_bytes(v) for k, v in kwargs.items()}) != 0
         if not result.dtype.is_floating_point:
             return result
         for value in list(args) + list(kwargs.values()):
