@@ -101,7 +101,7 @@ def checked_bags(indices: DeviceTensor, offsets: DeviceTensor | None, weight: to
     """embedding_bag's indices checked against the weight's rows and its offsets against the
     indices' length, with torch's errors (eager/ops/bags.py, which runs ``F.embedding_bag``)."""
     shape = list(weight.shape)
-    safe = checked(indices, 0, shape[0], bag_index(shape))
+    safe = checked(indices, 0, shape[0], _bag_index(shape))
     return safe, None if offsets is None else _checked_offsets(offsets, indices.numel())
 
 
@@ -113,7 +113,7 @@ def _checked_offsets(offsets: DeviceTensor, length: int) -> DeviceTensor:
     return checked(offsets, 0, length + 1, error)
 
 
-def bag_index(shape: list[int]) -> Error:
+def _bag_index(shape: list[int]) -> Error:
     """torch's words (its CPU kernel's) for a bag's index out of the weight's rows."""
     return lambda value, position: RuntimeError(f"Index {position} of input takes value {value} which is not in the valid range [0, {shape[0]})")
 
@@ -130,11 +130,11 @@ _ROWS: dict[Any, Callable[[list[int]], Error]] = {
     aten.embedding_dense_backward.default: lambda shape: _out_of_range_in_self(0, shape[0]),
     aten.embedding_backward.default: lambda shape: _out_of_range_in_self(0, shape[0]),
     aten.embedding_renorm.default: _renormed_row,
-    aten._embedding_bag.default: bag_index,
-    aten._embedding_bag_forward_only.default: bag_index,
-    aten._embedding_bag_backward.default: bag_index,
-    aten._embedding_bag_dense_backward.default: bag_index,
-    aten._embedding_bag_per_sample_weights_backward.default: bag_index,
+    aten._embedding_bag.default: _bag_index,
+    aten._embedding_bag_forward_only.default: _bag_index,
+    aten._embedding_bag_backward.default: _bag_index,
+    aten._embedding_bag_dense_backward.default: _bag_index,
+    aten._embedding_bag_per_sample_weights_backward.default: _bag_index,
 }
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from turbine.eager.registry import Continue, declare
+from turbine.eager.schema import bound_arguments
 
 aten = torch.ops.aten
 
@@ -52,8 +53,8 @@ def _nonzero(func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
 
 def _masked_select(func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
     """``masked_select``: the entries where the (broadcast) mask is true, in order."""
-    input, mask = args[0], args[1] if len(args) > 1 else kwargs["mask"]
-    input, mask = torch.broadcast_tensors(input, mask)
+    named = bound_arguments(func, args, kwargs)
+    input, mask = torch.broadcast_tensors(named["self"], named["mask"])
     return input.reshape(-1).index_select(0, flat_positions(mask))
 
 
@@ -96,10 +97,10 @@ def _unique(func: Any, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.T
     """``_unique2`` (``torch.unique`` without ``dim``): the runs of the stably sorted values,
     always in order (torch leaves the order of ``sorted=False`` open); each element's run found
     through the sort's permutation."""
-    input = args[0]
-    return_inverse = _flag(args, kwargs, 2, "return_inverse")
+    named = bound_arguments(func, args, kwargs)
+    input, return_inverse = named["self"], named.get("return_inverse", False)
     values, order = torch.sort(input.reshape(-1), stable=True)
-    unique, run, counts = _runs(values, return_inverse, _flag(args, kwargs, 3, "return_counts"))
+    unique, run, counts = _runs(values, return_inverse, named.get("return_counts", False))
     if return_inverse:
         run = torch.zeros_like(run).index_put((order,), run).reshape(input.shape)
     return unique, run, counts
@@ -107,16 +108,12 @@ def _unique(func: Any, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.T
 
 def _unique_consecutive(func: Any, args: tuple, kwargs: dict) -> Any:
     """``unique_consecutive`` without ``dim``: the runs of equal neighbours."""
-    if _flag(args, kwargs, 3, "dim", None) is not None:
+    named = bound_arguments(func, args, kwargs)
+    if named.get("dim") is not None:
         return Continue(args, kwargs)
-    input = args[0]
-    return_inverse = _flag(args, kwargs, 1, "return_inverse")
-    unique, run, counts = _runs(input.reshape(-1), return_inverse, _flag(args, kwargs, 2, "return_counts"))
+    input, return_inverse = named["self"], named.get("return_inverse", False)
+    unique, run, counts = _runs(input.reshape(-1), return_inverse, named.get("return_counts", False))
     return unique, run.reshape(input.shape) if return_inverse else run, counts
-
-
-def _flag(args: tuple, kwargs: dict, position: int, name: str, default: Any = False) -> Any:
-    return args[position] if len(args) > position else kwargs.get(name, default)
 
 
 declare(aten.nonzero.default, "the count of nonzero entries read on the host (as torch CUDA reads it), then IREE kernels", handler=_nonzero)
