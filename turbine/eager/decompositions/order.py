@@ -5,8 +5,9 @@ IREE 3.13's sort and topk compare floats as they are, so a NaN landed anywhere; 
 NaN above +inf. Sorting an integer key that orders like torch's floats fixes both, and the
 statistics read the sorted values at their ranks.
 
-On CUDA, IREE 3.13 fails to bufferize such a sort along a long dim (45 failed, 9 did), so
-those go to the fallback policy: torch's CUDA sort over the same memory.
+On CUDA, IREE 3.13 fails to bufferize a sort (or topk) whose sorted keys go unused ("failed to
+bufferize op"), which a sort that only wanted the permutation was. So each result here is read
+from the sorted keys themselves; see ``_values``.
 """
 
 from __future__ import annotations
@@ -37,17 +38,42 @@ def order_key(input: torch.Tensor) -> torch.Tensor:
     canonical = torch.where(torch.isnan(input), torch.full_like(input, math.nan), canonical)
     width = input.element_size() * 8
     bits = canonical.view({64: torch.int64, 32: torch.int32}.get(width, torch.int16))
-    # A negative float's bits are lowest + magnitude: its key is -magnitude - 1 (no xor in IREE 3.13).
-    lowest = -(1 << (width - 1))
-    return torch.where(bits < 0, (-bits + lowest) - 1, bits)
+    return torch.where(bits < 0, _flipped(bits), bits)
+
+
+def _flipped(bits: torch.Tensor) -> torch.Tensor:
+    """A negative float's key from its bits, and its bits from its key (the map is its own inverse).
+
+    The bits are lowest + magnitude, the key -magnitude - 1: (-1 - bits) + lowest, with no xor
+    in IREE 3.13 and no negation (decompositions.integers: IREE negated integers through float32).
+    """
+    lowest = -(1 << (bits.element_size() * 8 - 1))
+    return (-1 - bits) + lowest
+
+
+def _values(input: torch.Tensor, keys: torch.Tensor, indices: torch.Tensor, dim: int) -> torch.Tensor:
+    """The input's values at ``indices``, read from their sorted order keys ``keys``.
+
+    IREE 3.13's CUDA target cannot compile a sort whose sorted keys are dead, so they must feed
+    the result. Integers are their own keys and booleans' keys are bytes; a float key decodes to
+    the float's bits exactly except where order_key made it canonical (zeros and NaNs), which are
+    gathered from the input so that -0.0 and a NaN's bits come back as they went in.
+    """
+    if input.dtype == torch.bool:
+        return keys.to(torch.bool)
+    if not input.dtype.is_floating_point:
+        return keys
+    decoded = torch.where(keys < 0, _flipped(keys), keys).view(input.dtype)
+    canonical = (decoded == 0) | torch.isnan(decoded)
+    return torch.where(canonical, torch.gather(input, dim, indices), decoded)
 
 
 def sort(input: torch.Tensor, dim: int = -1, descending: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``sort`` by the order key; IREE's sort keeps equal keys in order, so it is also stable."""
     if input.dim() == 0:
         return input.clone(), torch.zeros((), dtype=torch.int64)
-    _, indices = torch.ops.aten.sort.default(order_key(input), dim, descending)
-    return torch.gather(input, dim, indices), indices
+    keys, indices = torch.ops.aten.sort.default(order_key(input), dim, descending)
+    return _values(input, keys, indices, dim), indices
 
 
 def sort_stable(input: torch.Tensor, *, stable: bool | None = None, dim: int = -1, descending: bool = False):
@@ -57,8 +83,8 @@ def sort_stable(input: torch.Tensor, *, stable: bool | None = None, dim: int = -
 
 def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
     """``topk`` by the order key, so a NaN counts as the largest value, as in torch."""
-    _, indices = torch.ops.aten.topk.default(order_key(input), k, dim, largest, sorted)
-    return torch.gather(input, dim, indices), indices
+    keys, indices = torch.ops.aten.topk.default(order_key(input), k, dim, largest, sorted)
+    return _values(input, keys, indices, dim), indices
 
 
 def _ranked(input: torch.Tensor, dim: int, rank: torch.Tensor | int, keepdim: bool) -> tuple[torch.Tensor, torch.Tensor]:
