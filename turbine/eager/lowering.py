@@ -1,5 +1,6 @@
 """Lowering a Python function over tensors (one aten op, usually) to torch-dialect MLIR, with the
-op registry's decompositions when asked (the second try for an op that does not compile as it is)."""
+op registry's decompositions when asked (the second try for an op that does not compile as it is),
+or with its widening reductions read through gathers (decompositions/widening.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Callable, Sequence
 import torch
 
 from turbine.eager import registry
+from turbine.eager.decompositions import widening
+from turbine.errors import CompileError
 from turbine.kernels_cache import tracing
 from turbine.kernels_cache.tracing import prepare
 
@@ -18,4 +21,15 @@ def lower(fn: Callable, inputs: Sequence[tuple[tuple[int, ...], torch.dtype]], d
     return tracing.lower(fn, inputs, registry.decompositions() if decompose else None)
 
 
-__all__ = ["lower", "prepare"]
+def lower_through_gathers(fn: Callable, inputs: Sequence[tuple[tuple[int, ...], torch.dtype]]) -> str:
+    """``lower``, with reductions that widen their input over its innermost dim reading it through
+    a gather (IREE 3.13's CUDA target compiles those); CompileError where the trace has none, so
+    that the same kernel is not compiled twice."""
+    table, rewrote = widening.lowering_table()
+    text = tracing.lower(fn, inputs, table)
+    if not rewrote():
+        raise CompileError("no reduction widens its input over the innermost dim")
+    return text
+
+
+__all__ = ["lower", "lower_through_gathers", "prepare"]

@@ -113,9 +113,10 @@ AS_IT_IS, DECOMPOSED = 0, 1
 
 def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list) -> list:
     """The ways to lower the call, in order: the op as it is (``AS_IT_IS``); then torch's
-    decompositions of it, where torch has some (``DECOMPOSED``); then, for 0-d inputs, the op on
-    1-d ones; then, for an op whose correction is a "refinement", the op without it, as it is
-    and decomposed."""
+    decompositions of it, where torch has some (``DECOMPOSED``); then the op with its widening
+    reductions read through gathers, where it has some (for IREE's CUDA target); then, for 0-d
+    inputs, the op on 1-d ones; then, for an op whose correction is a "refinement", the op
+    without it, as it is and decomposed."""
     traced = traced_call(func, schema, args, kwargs, leaves, metas)
     count = len(leaves.tensors)
     result_shapes = [tuple(m.shape) for m in metas if m is not None]
@@ -145,6 +146,7 @@ def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
     lowerings = [
         lambda: lowering.lower(checked, inputs),
         lambda: lowering.lower(checked, inputs, decompose=True) if func in registry.decompositions() else _no_lowering(),
+        lambda: lowering.lower_through_gathers(checked, inputs),
     ]
     if any(t.dim() == 0 for t in leaves.tensors):
         lowerings.append(lambda: lowering.lower(traced_as_1d, inputs))

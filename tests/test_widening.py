@@ -1,0 +1,79 @@
+"""Reductions that widen their input, read through a gather (eager/decompositions/widening.py):
+the lowering tried where a kernel as traced does not compile, which IREE 3.13's CUDA target
+needs for counts, integer sums, variances and the float64-accumulated float32 sums."""
+
+import pytest
+import torch
+
+import turbine
+from checks import check
+from turbine.eager import lowering, registry
+from turbine.eager.decompositions import widening
+from turbine.kernels_cache import Target, compile_mlir
+
+aten = torch.ops.aten
+
+CASES = {
+    "count of booleans": (lambda t: t.sum(1), torch.rand(6, 96) > 0.5),
+    "sum of int32": (lambda t: t.sum(), torch.randint(-(2**31), 2**31 - 1, (6, 96), dtype=torch.int32)),
+    "sum as float64": (lambda t: t.sum(-1, dtype=torch.float64), torch.randn(6, 96)),
+    "sum over every dim, kept": (lambda t: torch.sum(t, [0, 1], keepdim=True), torch.randint(0, 9, (6, 96), dtype=torch.int8)),
+    "product of int32": (lambda t: t.prod(1), torch.randint(-3, 4, (6, 96), dtype=torch.int32)),
+    "product of all": (lambda t: t.prod(), torch.randint(1, 2, (6, 96), dtype=torch.int16)),
+    "count_nonzero": (lambda t: torch.count_nonzero(t, 1), torch.randn(6, 96).round()),
+    "count_nonzero of all": (lambda t: torch.count_nonzero(t), torch.randn(6, 96).round()),
+    "variance": (lambda t: t.var(1), torch.randn(6, 96)),
+    "standard deviation": (lambda t: t.std(-1, correction=0, keepdim=True), torch.randn(6, 96)),
+    "variance and mean": (lambda t: torch.var_mean(t, 1), torch.randn(6, 96)),
+    "std and mean": (lambda t: torch.std_mean(t, [0, 1]), torch.randn(6, 96)),
+    "mean": (lambda t: t.mean(1), torch.randn(6, 96)),
+    "norm": (lambda t: torch.linalg.vector_norm(t, 3, dim=1), torch.randn(6, 96)),
+}
+
+
+@pytest.fixture
+def as_traced_fails(monkeypatch, fresh_cache):
+    """Every lowering but the one through gathers fails to compile, as on IREE's CUDA target."""
+
+    def failing(*args, **kwargs):
+        raise turbine.CompileError("as traced: failed to distribute (simulated)")
+
+    monkeypatch.setattr(lowering, "lower", failing)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_reductions_through_gathers_match_torch(name, as_traced_fails):
+    """The kernel compiled from the rewrite runs on IREE and gives torch's results and dtypes."""
+    fn, x = CASES[name]
+    with turbine.fallback("error"):
+        check(fn, x)
+
+
+def test_a_kernel_without_such_reductions_is_not_compiled_twice(as_traced_fails):
+    """Where nothing was rewritten the alternative is the kernel as traced: it is refused, so the
+    op goes to the fallback policy."""
+    with pytest.raises(turbine.UnsupportedOpError) as refused:
+        with turbine.fallback("error"):
+            (torch.randn(5).to("turbine:cpu") + 1).cpu()
+    assert "no reduction widens its input" in str(refused.value.__cause__)
+    table, rewrote = widening.lowering_table()
+    assert table[aten.sum.dim_IntList](torch.randn(4, 5), [0]) is NotImplemented  # not the innermost dim
+    assert not rewrote()
+
+
+def test_widening_reductions_compile_for_cuda():
+    """IREE 3.13's CUDA target failed to distribute each of these as traced; through gathers
+    they compile (for the CUDA target, which needs no GPU). The softmax and layer norm are
+    turbine's corrections, which add in float64."""
+    cuda = Target("cuda", "sm_80", ())
+    cases = [
+        (lambda t: [t.sum(1)], ((8, 64), torch.bool)),
+        (lambda t: [t.sum()], ((8, 64), torch.int32)),
+        (lambda t: [t.var(1)], ((8, 64), torch.float32)),
+        (lambda t: [registry.correction(aten._softmax.default)(t, 1, False)], ((64, 4096), torch.float32)),
+        (lambda t: list(registry.correction(aten.native_layer_norm.default)(t, [4096], None, None, 1e-5)), ((64, 4096), torch.float32)),
+    ]
+    for fn, inputs in cases:
+        with pytest.raises(turbine.CompileError, match="failed to distribute"):
+            compile_mlir(lowering.lower(fn, [inputs]), cuda)
+        assert len(compile_mlir(lowering.lower_through_gathers(fn, [inputs]), cuda)) > 0
