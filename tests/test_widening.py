@@ -31,6 +31,16 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("name", ["count of booleans", "sum of int32", "count_nonzero", "variance", "standard deviation", "variance and mean"])
+def test_reductions_at_sizes_the_cuda_target_refused_run_on_iree(name):
+    """On the test device as it is (on turbine:cuda0 through gathers), with no fallback: rows of
+    4096, a multiple of 32, which IREE 3.13's CUDA target did not compile as traced."""
+    fn, x = CASES[name]
+    x = x.repeat(1, 43)[:, :4096]
+    with turbine.fallback("error"):
+        check(fn, x)
+
+
 @pytest.fixture
 def as_traced_fails(monkeypatch, fresh_cache):
     """Every lowering but the one through gathers fails to compile, as on IREE's CUDA target."""
