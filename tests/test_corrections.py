@@ -692,3 +692,25 @@ def test_a_refinement_that_does_not_compile_leaves_the_op_as_it_is(monkeypatch, 
         check(lambda t: t.log_softmax(0), x.reshape(-1, 1))
         check(lambda t: t.nansum(), x)  # IREE lowers nansum decomposed only
     assert stats()["compile_failures"] == 0 and stats()["kernels_compiled"] == 3
+
+
+def test_float64_to_float16_keeps_float16_subnormals():
+    """IREE 3.13 converted float64 to float16 with float16's subnormals (below 6.1e-5) flushed to
+    0; torch goes through float32 (c10::Half is made from a float), and so does turbine."""
+    x = torch.tensor([1.23e-7, 3e-5, -3e-5, 6e-8, 1e-4, 65519.0, 70000.0, 1 / 3], dtype=torch.float64)
+    for dtype in (torch.float16, torch.bfloat16):
+        check(lambda t: t.to(dtype), x, rtol=0, atol=0)
+        check(lambda t: t.sum(0, keepdim=True).to(dtype) * 1e-9, x, rtol=0, atol=0)  # a float64 result rounded by a trace
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int64], ids=str)
+def test_ldexp_is_exact(dtype):
+    """IREE's ldexp was an ulp off (9.2e17 * 2**32 in float32): x * 2**e is exact until it rounds."""
+    x = torch.randn(300, dtype=torch.float64) * 1e3 if dtype != torch.int64 else torch.randint(-(2**62), 2**62, (300,))
+    x[0] = 9.2245092756893914e17
+    exponent = torch.randint(-40, 40, (300,))
+    exponent[0] = 32
+    if dtype == torch.float64:
+        exponent[1:4] = torch.tensor([1100, -1000, 2000])
+    check(torch.ldexp, x.to(dtype), exponent, rtol=0, atol=0)
+    check(torch.ldexp, x.to(dtype), exponent.to(torch.int32), rtol=0, atol=0)

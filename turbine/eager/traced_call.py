@@ -181,9 +181,19 @@ def traced_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
             _fold_alpha(func, call_args, call_kwargs)
         out = target(*call_args, **call_kwargs)
         outs = [o for o in ([out] if isinstance(out, torch.Tensor) else out) if o is not None]
-        return [o if o.dtype == d else o.to(d) for o, d in zip(outs, result_dtypes)]
+        return [_rounded(o, d) for o, d in zip(outs, result_dtypes)]
 
     return traced
+
+
+def _rounded(result: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A traced result in the op's dtype; float64 reaches float16 and bfloat16 through float32,
+    as in torch (IREE 3.13's direct conversion flushed float16's subnormals to 0)."""
+    if result.dtype == dtype:
+        return result
+    if result.dtype == torch.float64 and dtype in REDUCED:
+        result = result.to(torch.float32)
+    return result.to(dtype)
 
 
 def _no_lowering() -> str:

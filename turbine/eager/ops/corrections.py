@@ -253,6 +253,7 @@ declare(_aten.atanh.default, "IREE's log((1 + x) / (1 - x)) was 30% off near 0",
 declare(_aten.sinh.default, "IREE's exp(x) - exp(-x) was 6% off near 0", correction=decompositions.trigonometric.sinh)
 declare(_aten.cosh.default, "IREE's overflowed before 89, where torch's is 2.2e38", correction=decompositions.trigonometric.cosh)
 declare(_aten.gelu_backward.default, "so was its gradient", correction=_decomposed(_aten.gelu_backward.default))
+declare(_aten.ldexp.Tensor, "IREE's was an ulp off (9.2e17 * 2**32 in float32)", correction=decompositions.bits.ldexp)
 declare(_aten.neg.default, "IREE negated int32 and int64 through float32: -(2**30 + 1) gave -2**30", correction=decompositions.integers.neg)
 declare(_aten.floor_divide.default, "IREE floor-divided int64 through float64 (wrong above 2**53) and could not compile int8", correction=decompositions.integers.floor_divide)
 declare(_aten.div.Tensor_mode, "the same for div(rounding_mode='floor')", correction=decompositions.integers.div_mode)

@@ -26,6 +26,10 @@ def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
         if dtype == torch.uint8 and source.dtype.is_floating_point:
             # IREE converts floats to uint8 as to int8 (178.7 gave 127): through int32, as torch's CPU does.
             args = (aten._to_copy.default(source, dtype=torch.int32),) + tuple(args[1:])
+        elif dtype in (torch.float16, torch.bfloat16) and source.dtype == torch.float64:
+            # IREE 3.13 flushed float64 to float16's subnormals (3e-5) to 0: through float32, as
+            # torch's CPU converts too (c10::Half and c10::BFloat16 are made from a float).
+            args = (aten._to_copy.default(source, dtype=torch.float32),) + tuple(args[1:])
         return Continue(args, {k: v for k, v in kwargs.items() if k != "device"})
     if target.type == "turbine" and dtype == source.dtype:
         return _moved(source, by_index(target.index))
