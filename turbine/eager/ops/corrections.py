@@ -232,6 +232,7 @@ declare(
 declare(_aten.rad2deg.default, "IREE's multiplied by 180 / 3.14159: 8.4e-7 relative off", correction=decompositions.trigonometric.rad2deg)
 declare(_aten.deg2rad.default, "IREE's was an ulp off for half its results", correction=decompositions.trigonometric.deg2rad)
 declare(_aten.tan.default, "IREE's was 3% off near pi/2", correction=decompositions.trigonometric.tan)
+declare(_aten.sinc.default, "IREE's took its own sine of pi x: 1e-4 off at 1415.7", correction=decompositions.trigonometric.sinc)
 declare(_aten.sin.default, "IREE's reduced the argument badly: sin(100) 5e-6 off, sin(-1e-30) 6e-8", correction=decompositions.trigonometric.sin)
 declare(_aten.cos.default, "IREE's reduced the argument badly: cos(100) 1.6e-6 off", correction=decompositions.trigonometric.cos)
 declare(_aten.gelu.default, "IREE's tanh form was 5e-5 off", correction=decompositions.trigonometric.gelu)
