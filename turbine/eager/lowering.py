@@ -22,13 +22,14 @@ def lower(fn: Callable, inputs: Sequence[tuple[tuple[int, ...], torch.dtype]], d
 
 
 def lower_through_gathers(fn: Callable, inputs: Sequence[tuple[tuple[int, ...], torch.dtype]]) -> str:
-    """``lower``, with reductions that widen their input over its innermost dim reading it through
-    a gather (IREE 3.13's CUDA target compiles those); CompileError where the trace has none, so
-    that the same kernel is not compiled twice."""
+    """``lower`` with the registry's decompositions, and with reductions over an input's innermost
+    dim reading the input, widened to their accumulator's dtype, through a gather (IREE 3.13's
+    CUDA target compiles those); CompileError where the trace has no such reduction, so that the
+    kernel is not compiled again as it was."""
     table, rewrote = widening.lowering_table()
-    text = tracing.lower(fn, inputs, table)
+    text = tracing.lower(fn, inputs, {**registry.decompositions(), **table})
     if not rewrote():
-        raise CompileError("no reduction widens its input over the innermost dim")
+        raise CompileError("no reduction over an innermost dim to read through a gather")
     return text
 
 

@@ -4,7 +4,9 @@ The traced function calls the op (or its registered correction) on the kernel's 
 then runtime scalars as 0-d tensors. Around the call it widens uint8 (IREE reads it as signed),
 computes half precision in float32 as torch's "opmath" does, folds ``alpha`` in, and refuses
 results whose shapes are not torch's shape rule's. A first try that does not compile is followed
-by the op's decompositions (eager/registry.py), then, for 0-d inputs, the op on 1-d ones.
+by the op's decompositions (eager/registry.py), then the op with its reductions over an innermost
+dim reading through gathers (eager/decompositions/widening.py), then, for 0-d inputs, the op on
+1-d ones.
 """
 
 from __future__ import annotations

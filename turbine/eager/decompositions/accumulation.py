@@ -12,9 +12,10 @@ fixed) adds in float64, whose 53 bits hold such sums to well under a float32
 ulp, and rounds once: as close as torch's or closer. Smaller ones are traced as they were (their
 error is a few ulps): float64 arithmetic cost IREE's CPU kernels up to 3.5 times their time (a
 row sum of 64x50257), and exp in float64 10 times, so softmax, layer norm and batch norm widen only
-their sums. Each is declared a "refinement" (eager/registry.py): where a target cannot compile the
-widened kernel (IREE 3.13's CUDA target compiles float64 sums over outer or mixed dims, not over
-the innermost ones alone: a row sum), the op as IREE lowers it runs instead.
+their sums. IREE 3.13's CUDA target compiles a float64 sum over the innermost dim of a widened
+input only when the input is read through a gather (eager/decompositions/widening.py, the next
+lowering tried). Each is declared a "refinement" (eager/registry.py): where a target compiles
+none of these, the op as IREE lowers it runs instead.
 """
 
 from __future__ import annotations

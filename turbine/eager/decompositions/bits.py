@@ -93,16 +93,16 @@ def power_of_two(exponent: torch.Tensor) -> torch.Tensor:
 def ldexp(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     """x * 2**other, exact until it rounds to x's float dtype (float32 for integers), as torch's
     kernels compute it: IREE's own ldexp was an ulp off (9.2e17 * 2**32 in float32), and its
-    float64 powers of 2 are exp(log(2) * e). The product is taken in float64 by three exact
-    powers (one may not reach 2**-1074 or 2**1023); a float exponent goes to IREE's op."""
+    float64 powers of 2 are exp(log(2) * e). The product is taken in float64 by exact powers of
+    2, the one that may round (to a subnormal) last; a float exponent goes to IREE's op."""
     if other.dtype.is_floating_point:
         return aten.ldexp.Tensor(x, other)
-    dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
     exponent = torch.clamp(other.to(torch.int64), -2200, 2200)  # past these, any finite x gives 0 or inf
-    first = torch.div(exponent, 3, rounding_mode="trunc")
-    second = torch.div(exponent - first, 2, rounding_mode="trunc")
-    product = x.to(torch.float64) * power_of_two(first) * power_of_two(second) * power_of_two(exponent - first - second)
-    return (product.to(torch.float32) if dtype in (torch.float16, torch.bfloat16) else product).to(dtype)
+    last = torch.clamp(exponent, -1022, 1023)
+    rest = exponent - last  # what the last power cannot hold: it keeps the partial product normal
+    half = torch.div(rest, 2, rounding_mode="trunc")
+    product = floating(x).to(torch.float64) * power_of_two(half) * power_of_two(rest - half) * power_of_two(last)
+    return product.to(floating(x).dtype)
 
 
 @registers(aten.hypot.default)

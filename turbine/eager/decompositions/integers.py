@@ -13,8 +13,9 @@ import torch
 
 aten = torch.ops.aten
 
-#: Narrow integers are floor-divided in int32, whose division IREE 3.13 compiles.
-_NARROW = (torch.int8, torch.int16, torch.uint8)
+#: Narrow integers are negated and floor-divided in int32, which IREE 3.13 compiles exactly (uint8
+#: never reaches a kernel: the traced call widens it to int16).
+_NARROW = (torch.int8, torch.int16)
 
 
 def _exact(dtype: torch.dtype) -> bool:
@@ -23,9 +24,14 @@ def _exact(dtype: torch.dtype) -> bool:
 
 
 def neg(x: torch.Tensor) -> torch.Tensor:
-    """-x, as 0 - x for int32 and int64 (wrapping as torch's does: -(-2**63) is -2**63); float32
-    holds narrower integers exactly, and IREE 3.13 cannot compile 0 - x for int8."""
-    return 0 - x if x.dtype in (torch.int32, torch.int64) else aten.neg.default(x)
+    """-x, as 0 - x for integers, wrapping as torch's does (-(-2**63) is -2**63); int8 and int16
+    in int32 (IREE 3.13 cannot compile 0 - x for int8, and its float32 negation of int16 -32768
+    came back clamped to 32767 on CUDA)."""
+    if _exact(x.dtype):
+        return aten.neg.default(x)
+    if x.dtype in _NARROW:
+        return (0 - x.to(torch.int32)).to(x.dtype)
+    return 0 - x
 
 
 def floor_quotient(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:

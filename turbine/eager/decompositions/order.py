@@ -63,6 +63,8 @@ def _values(input: torch.Tensor, keys: torch.Tensor, indices: torch.Tensor, dim:
         return keys.to(torch.bool)
     if not input.dtype.is_floating_point:
         return keys
+    if keys.dim() == 0:  # IREE 3.13 cannot reinterpret a 0-d tensor
+        return _values(input.reshape(1), keys.reshape(1), indices.reshape(1), 0).reshape(())
     decoded = torch.where(keys < 0, _flipped(keys), keys).view(input.dtype)
     canonical = (decoded == 0) | torch.isnan(decoded)
     return torch.where(canonical, torch.gather(input, dim, indices), decoded)

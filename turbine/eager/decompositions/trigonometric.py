@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from turbine.eager.decompositions._common import as_float64, result_dtype
+from turbine.eager.decompositions._common import as_float64, floating, result_dtype
 from turbine.eager.decompositions.gamma import sin_pi
 from turbine.eager.decompositions.logarithms import expm1, log1p
 
@@ -103,7 +103,7 @@ def sinc(x: torch.Tensor) -> torch.Tensor:
     """sin(pi x) / (pi x), 1 at 0, with pi x rounded to x's dtype as torch's kernel rounds it and
     its sine taken by :func:`sin` (IREE's own sinc took IREE's sine: 1e-4 off at 1415.7).
     float64 goes to the op itself, as :func:`sin` does."""
-    x = x.to(result_dtype(x))
+    x = floating(x)
     if x.dtype == torch.float64:
         return torch.ops.aten.sinc.default(x)
     product = x * math.pi

@@ -7,7 +7,9 @@ sum accumulated in float64 (eager/decompositions/accumulation.py), a float32 var
 torch-mlir accumulates in float64), whenever the reduced size is a multiple of 32. Reading the
 widened input through an index_select of 0..n-1 along that dim makes it compile, at any size tried.
 The gather costs time on the CPU, so this is a later alternative (eager/traced_call.py), tried
-only where the kernel as traced did not compile; :func:`lowering_table` is its decomposition table.
+only where the kernel as traced and decomposed did not compile; :func:`lowering_table` is its
+decomposition table, traced with the registry's decompositions (nansum, mse_loss and logsumexp
+reach their sums that way).
 """
 
 from __future__ import annotations
@@ -43,15 +45,17 @@ def _accumulated(input: torch.Tensor, dtype: torch.dtype | None) -> torch.dtype:
     return input.dtype if input.dtype.is_floating_point or input.dtype.is_complex else torch.int64
 
 
-def _accumulating(op: torch._ops.OpOverload, dim_at: int | None) -> Callable[..., Any]:
-    """``op`` (whose dim, if it takes one, is its argument ``dim_at``) on its input widened to
-    the dtype it accumulates in and read through a gather, where it reduces the innermost dim."""
+def _accumulating(op: torch._ops.OpOverload, dim_at: int | None, widens: bool = True) -> Callable[..., Any]:
+    """``op`` (whose dim, if it takes one, is its argument ``dim_at``) on its input read through a
+    gather (widened first to the dtype it accumulates in, if it ``widens``), where it reduces the
+    innermost dim."""
 
     def rewritten(input: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         dim = kwargs.get("dim", args[dim_at - 1] if dim_at is not None and len(args) >= dim_at else None)
         if not _innermost(input, dim):
             return NotImplemented
-        return op(_gathered(input, _accumulated(input, kwargs.get("dtype"))), *args, **kwargs)
+        dtype = _accumulated(input, kwargs.get("dtype")) if widens else input.dtype
+        return op(_gathered(input, dtype), *args, **kwargs)
 
     return rewritten
 
@@ -80,8 +84,8 @@ def _in_float64(op: torch._ops.OpOverload, with_mean: bool = False) -> Callable[
     return rewritten
 
 
-#: The reductions rewritten: sums, products, means and norms (whose float32 inputs may have been
-#: widened to float64 before them: eager/decompositions/accumulation.py), counts and variances.
+#: The reductions rewritten: sums, products, means, norms and maxima (whose float32 inputs may have
+#: been widened to float64 before them: eager/decompositions/accumulation.py), counts and variances.
 _TABLE: dict[torch._ops.OpOverload, Callable[..., Any]] = {
     aten.sum.default: _accumulating(aten.sum.default, None),
     aten.sum.dim_IntList: _accumulating(aten.sum.dim_IntList, 1),
@@ -90,6 +94,7 @@ _TABLE: dict[torch._ops.OpOverload, Callable[..., Any]] = {
     aten.mean.default: _accumulating(aten.mean.default, None),
     aten.mean.dim: _accumulating(aten.mean.dim, 1),
     aten.linalg_vector_norm.default: _accumulating(aten.linalg_vector_norm.default, 2),
+    aten.amax.default: _accumulating(aten.amax.default, 1, widens=False),  # logsumexp's float64 one
     aten.count_nonzero.dim_IntList: _count_nonzero,
     aten.count_nonzero.default: _count_nonzero,
     aten.var.correction: _in_float64(aten.var.correction),

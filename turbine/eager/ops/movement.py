@@ -73,6 +73,8 @@ def _copy_(func: Any, args: tuple, kwargs: dict) -> Any:
         return destination
     if source._storage.device is not device:
         source = _moved(source, device)
+    if destination.dtype in (torch.float16, torch.bfloat16) and source.dtype == torch.float64:
+        source = aten._to_copy.default(source, dtype=torch.float32)  # as in _to_copy
     return Continue((destination, source) + tuple(args[2:]), kwargs)
 
 
