@@ -108,6 +108,11 @@ def _hinted(shape: Any) -> tuple:
     return tuple(d.node.hint if isinstance(d, torch.SymInt) else d for d in shape)
 
 
+#: The device kinds whose kernels get the lowering through gathers (eager/decompositions/widening.py):
+#: IREE's GPU targets. llvm-cpu compiles every such reduction as traced, and there the alternative
+#: only added a compile to each op that failed for another reason (CI took a third longer).
+GATHERED_ON = ("cuda", "hip")
+
 #: Positions in ``lowerings_of``'s list (a kernel's metadata names the one it compiled from):
 #: the traced call as it is, and with the registry's decompositions.
 AS_IT_IS, DECOMPOSED = 0, 1
@@ -115,8 +120,8 @@ AS_IT_IS, DECOMPOSED = 0, 1
 
 def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list) -> list:
     """The ways to lower the call, in order: the op as it is (``AS_IT_IS``); then torch's
-    decompositions of it, where torch has some (``DECOMPOSED``); then the op with its widening
-    reductions read through gathers, where it has some (for IREE's CUDA target); then, for 0-d
+    decompositions of it, where torch has some (``DECOMPOSED``); then, on a GPU (``GATHERED_ON``),
+    the op with its reductions over an innermost dim read through gathers; then, for 0-d
     inputs, the op on 1-d ones; then, for an op whose correction is a "refinement", the op
     without it, as it is and decomposed."""
     traced = traced_call(func, schema, args, kwargs, leaves, metas)
@@ -148,8 +153,9 @@ def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
     lowerings = [
         lambda: lowering.lower(checked, inputs),
         lambda: lowering.lower(checked, inputs, decompose=True) if func in registry.decompositions() else _no_lowering(),
-        lambda: lowering.lower_through_gathers(checked, inputs),
     ]
+    if leaves.device is not None and leaves.device.kind in GATHERED_ON:
+        lowerings.append(lambda: lowering.lower_through_gathers(checked, inputs))
     if any(t.dim() == 0 for t in leaves.tensors):
         lowerings.append(lambda: lowering.lower(traced_as_1d, inputs))
     if registry.has_trait(_lowered_op(func, args, kwargs), "refinement"):

@@ -6,8 +6,8 @@ input is widened inside the same kernel: a count of booleans or a sum of int32 a
 sum accumulated in float64 (eager/decompositions/accumulation.py), a float32 variance (which
 torch-mlir accumulates in float64), whenever the reduced size is a multiple of 32. Reading the
 widened input through an index_select of 0..n-1 along that dim makes it compile, at any size tried.
-The gather costs time on the CPU, so this is a later alternative (eager/traced_call.py), tried
-only where the kernel as traced and decomposed did not compile; :func:`lowering_table` is its
+The gather costs time, so this is a later alternative (eager/traced_call.py), offered on GPU
+targets only and tried where the kernel as traced and decomposed did not compile; :func:`lowering_table` is its
 decomposition table, traced with the registry's decompositions (nansum, mse_loss and logsumexp
 reach their sums that way).
 """
