@@ -712,6 +712,8 @@ def test_float64_to_float16_keeps_float16_subnormals():
     for dtype in (torch.float16, torch.bfloat16):
         check(lambda t: t.to(dtype), x, rtol=0, atol=0)
         check(lambda t: torch.zeros(8, dtype=dtype, device=t.device).copy_(t), x, rtol=0, atol=0)
+    # and floats copied into uint8 go through int32 (IREE converted them as to int8: 178.7 gave 127)
+    check(lambda t: torch.zeros(4, dtype=torch.uint8, device=t.device).copy_(t), torch.tensor([178.7, 200.2, 3.0, 255.0]), rtol=0, atol=0)
     # A sum of 1100 float16 numbers adds in float64 (accumulation.py), rounded to float16 by the trace.
     tiny = torch.tensor([6e-8] * 560 + [-6e-8] * 540, dtype=torch.float16)[torch.randperm(1100)]
     check(torch.sum, tiny, rtol=0, atol=0)

@@ -23,13 +23,7 @@ def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
     target = kwargs.get("device")
     dtype = kwargs.get("dtype") or source.dtype
     if target is None or (target.type == "turbine" and target.index == source._storage.device.index):
-        if dtype == torch.uint8 and source.dtype.is_floating_point:
-            # IREE converts floats to uint8 as to int8 (178.7 gave 127): through int32, as torch's CPU does.
-            args = (aten._to_copy.default(source, dtype=torch.int32),) + tuple(args[1:])
-        elif dtype in (torch.float16, torch.bfloat16) and source.dtype == torch.float64:
-            # IREE 3.13 flushed float64 to float16's subnormals (3e-5) to 0: through float32, as
-            # torch's CPU converts too (c10::Half and c10::BFloat16 are made from a float).
-            args = (aten._to_copy.default(source, dtype=torch.float32),) + tuple(args[1:])
+        args = (_staged(source, dtype),) + tuple(args[1:])
         return Continue(args, {k: v for k, v in kwargs.items() if k != "device"})
     if target.type == "turbine" and dtype == source.dtype:
         return _moved(source, by_index(target.index))
@@ -39,6 +33,18 @@ def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
     if target.type == "turbine":
         return to_device(host_copy, by_index(target.index))
     raise RuntimeError(f"turbine cannot copy a tensor to {target}; copy it to the CPU first (.cpu())")
+
+
+def _staged(source: DeviceTensor, dtype: torch.dtype) -> DeviceTensor:
+    """``source``, first converted to the dtype through which IREE 3.13 reaches ``dtype`` as torch
+    does: floats to uint8 through int32 (IREE converted them as to int8: 178.7 gave 127), float64
+    to float16 and bfloat16 through float32 (IREE flushed float16's subnormals, 3e-5, to 0;
+    c10::Half and c10::BFloat16 are made from a float)."""
+    if dtype == torch.uint8 and source.dtype.is_floating_point:
+        return aten._to_copy.default(source, dtype=torch.int32)
+    if dtype in (torch.float16, torch.bfloat16) and source.dtype == torch.float64:
+        return aten._to_copy.default(source, dtype=torch.float32)
+    return source
 
 
 def _moved(source: DeviceTensor, target: Device) -> DeviceTensor:
@@ -73,9 +79,7 @@ def _copy_(func: Any, args: tuple, kwargs: dict) -> Any:
         return destination
     if source._storage.device is not device:
         source = _moved(source, device)
-    if destination.dtype in (torch.float16, torch.bfloat16) and source.dtype == torch.float64:
-        source = aten._to_copy.default(source, dtype=torch.float32)  # as in _to_copy
-    return Continue((destination, source) + tuple(args[2:]), kwargs)
+    return Continue((destination, _staged(source, destination.dtype)) + tuple(args[2:]), kwargs)
 
 
 def _item(func: Any, args: tuple, kwargs: dict) -> Any:
