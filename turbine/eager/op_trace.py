@@ -80,10 +80,11 @@ def _kernel_signature(func: Any, leaves: Leaves) -> tuple[tuple, list]:
 
 
 def lowering_of(func: Any) -> tuple[str, ...]:
-    """The digests of turbine's own lowerings of ``func`` and its Scalar twin that end its kernel
-    signatures (none where it has neither)."""
+    """The digests that end ``func``'s kernel signatures: of turbine's own lowerings of ``func``
+    and its Scalar twin (where it has one), then of all corrections, which any kernel may trace."""
     digests = [registry.lowering_digest(op) for op in (func, schema_of(func).twin) if op is not None]
-    return tuple(digest or "" for digest in digests) if any(digests) else ()
+    own = tuple(digest or "" for digest in digests) if any(digests) else ()
+    return own + (registry.corrections_digest(),)
 
 
 def lowered_as_now(func: Any, signature: tuple) -> bool:
@@ -201,7 +202,7 @@ def _serves(
         inputs,
         traced_at,
         [tuple(m.shape) for m in metas if m is not None],
-        registry.decompositions() if alternative == DECOMPOSED else None,
+        lowering.trace_table(decompose=alternative == DECOMPOSED),
     )
     kernel_cache.keep_choice(key, leaves.device, {"op": _describe(func, leaves), "served": served})
     return served

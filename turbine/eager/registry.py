@@ -156,6 +156,19 @@ def lowering_digest(op: OpOverload) -> str | None:
     return digest.hexdigest()[:16]
 
 
+@functools.cache
+def corrections_digest() -> str:
+    """A digest of the code of every op's correction: each is traced in place of its op inside
+    other ops' kernels too (eager/lowering.py), so every kernel's cache key ends with it and a
+    changed correction misses the kernels it may be part of. Read once, at the first kernel
+    signature, when turbine.eager.ops has declared them all."""
+    corrections = [e.correction for e in _entries.values() if e.correction is not None]
+    digest = hashlib.sha256()
+    for text in sorted({text for f in corrections for text in _sources(_unwrapped(f))}):
+        digest.update(text)
+    return digest.hexdigest()[:16]
+
+
 def _sources(function: Callable) -> set[bytes]:
     """The code of the module that holds ``function`` and of each lowering module it takes a
     helper from, transitively (``order.at_first_nan`` changes argmax's correction too); the

@@ -6,7 +6,8 @@ computes half precision in float32 as torch's "opmath" does, folds ``alpha`` in,
 results whose shapes are not torch's shape rule's. A first try that does not compile is followed
 by the op's decompositions (eager/registry.py), then the op with its reductions over an innermost
 dim reading through gathers (eager/decompositions/widening.py), then, for 0-d inputs, the op on
-1-d ones.
+1-d ones. Each of these traces the ops inside the op corrected too (eager/lowering.py); last come
+the op as it is and decomposed without those inner corrections.
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
     decompositions of it, where torch has some (``DECOMPOSED``); then, on a GPU (``GATHERED_ON``),
     the op with its reductions over an innermost dim read through gathers; then, for 0-d
     inputs, the op on 1-d ones; then, for an op whose correction is a "refinement", the op
-    without it, as it is and decomposed."""
+    without it, as it is and decomposed; last, as it is and decomposed without the corrections
+    of the ops inside it."""
     traced = traced_call(func, schema, args, kwargs, leaves, metas)
     count = len(leaves.tensors)
     result_shapes = [tuple(m.shape) for m in metas if m is not None]
@@ -150,27 +152,35 @@ def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
         values = [v.reshape(1) if i < count and v.dim() == 0 else v for i, v in enumerate(values)]
         return [o.reshape(shape) for o, shape in zip(traced(*values), result_shapes)]
 
-    lowerings = [
-        lambda: lowering.lower(checked, inputs),
-        lambda: lowering.lower(checked, inputs, decompose=True) if func in registry.decompositions() else _no_lowering(),
-    ]
+    decomposed = func in registry.decompositions()
+
+    def as_is_and_decomposed(fn: Callable, corrected: bool = True) -> list[Callable[[], str]]:
+        return [
+            lambda: lowering.lower(fn, inputs, corrected=corrected),
+            lambda: lowering.lower(fn, inputs, decompose=True, corrected=corrected) if decomposed else _no_lowering(),
+        ]
+
+    lowerings = as_is_and_decomposed(checked)
     if leaves.device is not None and leaves.device.kind in GATHERED_ON:
         lowerings.append(lambda: lowering.lower_through_gathers(checked, inputs))
     if any(t.dim() == 0 for t in leaves.tensors):
         lowerings.append(lambda: lowering.lower(traced_as_1d, inputs))
+    ways = [checked]
     if registry.has_trait(_lowered_op(func, args, kwargs), "refinement"):
-        plain = shape_checked(traced_call(func, schema, args, kwargs, leaves, metas, corrected=False))
-        lowerings.append(lambda: lowering.lower(plain, inputs))
-        lowerings.append(lambda: lowering.lower(plain, inputs, decompose=True) if func in registry.decompositions() else _no_lowering())
+        ways.append(shape_checked(traced_call(func, schema, args, kwargs, leaves, metas, corrected=False)))
+        lowerings += as_is_and_decomposed(ways[-1])
+    # Last, each without the corrections of the ops inside it, for a target that compiles the op
+    # but not one of those (kernels_cache skips a text that is the same as one tried before)
+    for way in ways:
+        lowerings += as_is_and_decomposed(way, corrected=False)
     return lowerings
 
 
 def traced_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, corrected: bool = True) -> Callable:
     """The function a kernel of the call traces: the op (or, if ``corrected``, its correction) on
     the kernel's inputs, tensors then runtime scalars, its results in the meta call's dtypes."""
-    target = _lowered_op(func, args, kwargs)
-    if corrected:
-        target = registry.correction(target) or target
+    op = _lowered_op(func, args, kwargs)
+    target = (registry.correction(op) or op) if corrected else op
     count = len(leaves.tensors)
     result_dtypes = [m.dtype for m in metas if m is not None]
     opmath = in_opmath(func, leaves)
@@ -187,7 +197,8 @@ def traced_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
             _as_numbers(schema, call_args, call_kwargs, _number_dtype(result_dtypes, values[:count]))
         if "alpha" in schema.runtime_scalars and "alpha" not in schema.symbolic:
             _fold_alpha(func, call_args, call_kwargs)
-        out = target(*call_args, **call_kwargs)
+        with lowering.correcting(op):  # the op it calls is itself, not its correction again
+            out = target(*call_args, **call_kwargs)
         outs = [o for o in ([out] if isinstance(out, torch.Tensor) else out) if o is not None]
         return [_rounded(o, d) for o, d in zip(outs, result_dtypes)]
 

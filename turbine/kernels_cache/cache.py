@@ -31,7 +31,7 @@ from turbine.kernels_cache.target import Target, target_for
 log = logging.getLogger("turbine")
 
 #: Bump by hand whenever the eager layer changes how it lowers ops: old cache entries then miss.
-LOWERING_VERSION = 12
+LOWERING_VERSION = 13
 
 
 class KernelStore(Protocol):
@@ -426,26 +426,30 @@ class KernelCache:
 def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> tuple[bytes, str, int]:
     """The module, MLIR and position of the first lowering that compiles; else the first lowering's
     error, with the first line of each other lowering's error after it (a decomposition's own
-    failure, say)."""
-    errors: list[CompileError] = []
+    failure, say). A lowering whose text is one that already failed is not compiled again."""
+    errors: list[tuple[int, CompileError]] = []
+    failed: set[str] = set()
     for alternative, lower in enumerate(lowerings):
         try:
             text = lower()
         except CompileError as error:
-            errors.append(error)
+            errors.append((alternative, error))
             continue
         except Exception as error:  # tracing failed (a data-dependent shape inside a decomposition, say)
-            errors.append(CompileError(f"turbine could not lower it: {type(error).__name__}: {error}"))
+            errors.append((alternative, CompileError(f"turbine could not lower it: {type(error).__name__}: {error}")))
+            continue
+        if text in failed:
             continue
         try:
             return compile_mlir(text, target), text, alternative
         except CompileError as error:
-            errors.append(error)
-    first, *others = errors
+            errors.append((alternative, error))
+            failed.add(text)
+    (_, first), *others = errors
     if not others:
         raise first
-    lines = "\n".join(f"alternative {i}: {_first_line(str(e))}" for i, e in enumerate(others, 2))
-    kind = CompileTimeout if any(isinstance(e, CompileTimeout) for e in errors) else CompileError
+    lines = "\n".join(f"alternative {i + 1}: {_first_line(str(e))}" for i, e in others)
+    kind = CompileTimeout if any(isinstance(e, CompileTimeout) for _, e in errors) else CompileError
     raise kind(f"{first}\n{lines}", first.diagnostics)
 
 
