@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from turbine.eager import deferred, dynamic, lowering, registry
+from turbine.eager.decompositions import accumulation
 from turbine.eager.dtypes import check_kernel_dtype
 from turbine.eager.kernel_plan import KernelPlan
 from turbine.eager.plans import layouts_of, outputs
@@ -197,13 +198,14 @@ def _serves(
     kept = kernel_cache.choice(key, leaves.device)
     if kept is not None:
         return kept["served"]
-    served = alternative in (AS_IT_IS, DECOMPOSED) and traced_at is not None and program_match.same_program(
-        traced_call(func, schema, args, kwargs, leaves, metas),
-        inputs,
-        traced_at,
-        [tuple(m.shape) for m in metas if m is not None],
-        lowering.trace_table(decompose=alternative == DECOMPOSED),
-    )
+    with accumulation.ones_as_symbolic():  # a float64 sum of one number is a float32 sum of it
+        served = alternative in (AS_IT_IS, DECOMPOSED) and traced_at is not None and program_match.same_program(
+            traced_call(func, schema, args, kwargs, leaves, metas),
+            inputs,
+            traced_at,
+            [tuple(m.shape) for m in metas if m is not None],
+            lowering.trace_table(decompose=alternative == DECOMPOSED),
+        )
     kernel_cache.keep_choice(key, leaves.device, {"op": _describe(func, leaves), "served": served})
     return served
 
