@@ -115,16 +115,20 @@ def test_size_one_at_a_dynamic_dim_gives_torchs_results(name, fn, shapes, served
 
 
 @pytest.mark.parametrize("reduce", [lambda t: t.sum(-1), lambda t: torch.nn.functional.mse_loss(t, torch.zeros_like(t))], ids=["sum", "mse_loss"])
-def test_a_large_reduction_on_a_dynamic_kernel_adds_in_float64(reduce, fresh_cache, stats):
-    """A dynamic kernel serves large sizes too, so its reductions over a dynamic dim add in float64
-    (eager/decompositions/accumulation.py), as a fixed-size kernel of that size does: traced at
-    3000 in float32, a row sum of 333333 numbers near 100 came out 2.5e-3 off (torch 5e-8)."""
-    for n in (1000, 2000, 3000):
+def test_a_large_reduction_gets_its_own_kernel_and_adds_in_float64(reduce, fresh_cache, stats):
+    """A dynamic kernel's reductions over a dynamic dim add as small ones (in float32): a call
+    that adds many numbers gets a kernel of its own, which adds them in float64
+    (eager/decompositions/accumulation.py). Served by the kernel, a row sum of 333333 numbers near
+    100 came out 2.5e-3 off (torch 5e-8). Small sizes still run on the dynamic kernel."""
+    for n in (5, 7, 9):
         check(reduce, torch.rand(3, n) + 100)
     compiled = stats()["kernels_compiled"]
     x = torch.rand(3, 250_000) + 100
     torch.testing.assert_close(reduce(x.to(D)).cpu().double(), reduce(x.double()), rtol=2e-7, atol=0)
-    assert stats()["kernels_compiled"] == compiled, "the large size did not run on the dynamic kernel"
+    assert stats()["kernels_compiled"] == compiled + 1, "the large size ran on the dynamic kernel"
+    for n in (11, 300):
+        check(reduce, torch.rand(3, n) + 100)
+    assert stats()["kernels_compiled"] == compiled + 1, "a small size did not run on the dynamic kernel"
 
 
 def test_a_size_one_answer_is_asked_again_of_a_new_dynamic_kernel(fresh_cache, stats):

@@ -160,26 +160,30 @@ def _dynamic_kernel_plan(
         dynamic_signature = tuple(dynamic_signature)
         kernel = kernel_cache.stored(dynamic_signature, leaves.device)
         inputs = traced + [((), d) for d in scalar_dtypes]
-        if any(leaves.tensors[i].shape[d] == 1 for i, d in dims):
-            if kernel is None or not _serves(func, schema, args, kwargs, leaves, metas, inputs, kernel, (signature, dynamic_signature)):
-                return None  # the kernel is not known to be right at size 1: this call gets its own
-        elif kernel is None:
+        at_one = any(leaves.tensors[i].shape[d] == 1 for i, d in dims)
+        if kernel is None and at_one:
+            return None  # a size of 1 is not known to run on a kernel traced at other sizes
+        if kernel is None:
             lowerings = lowerings_of(func, schema, args, kwargs, leaves, metas, inputs)
             try:
-                first = _traced_first(lowerings)
+                with accumulation.noting_symbolic_counts() as counted:
+                    first, traced_first = _traced_first(lowerings)
             except SymbolsMustMatch as needed:
                 groups = [symbol_dims[a] + symbol_dims[b] for a, b in needed.pairs]
                 dynamic.must_match(signature, slots, leaves.device, groups)
                 continue
             describe = f"{func}({', '.join(f'{k[2]}{list(k[1])}' for k in keyed)})"
             hints = {size.symbol: size.hint for sizes, _ in traced for size in sizes if isinstance(size, Dynamic)}
-            metadata = {"outputs": None, "structure": kind, "dynamic": True, "traced_at": hints}
+            # "sized": its program may not be the one a call's own sizes trace (a large reduction)
+            metadata = {"outputs": None, "structure": kind, "dynamic": True, "traced_at": hints, "sized": counted() or not traced_first}
             try:  # in the foreground: a family compiles one dynamic kernel, and a refusal must be known now
                 kernel = kernel_cache.kernel(dynamic_signature, leaves.device, [first, *lowerings[1:]], describe, metadata)
             except CompileError:
                 dynamic.refuse(signature, slots, leaves.device)
                 return None
             dynamic.compiled(signature, slots, leaves.device)
+        if (at_one or kernel.metadata.get("sized")) and not _serves(func, schema, args, kwargs, leaves, metas, inputs, kernel, (signature, dynamic_signature)):
+            return None  # this call gets a kernel of its own
         return KernelPlan(func, leaves.device, kernel, dynamic_signature, scalar_dtypes, layouts_of(metas), kind)
     return None
 
@@ -187,32 +191,32 @@ def _dynamic_kernel_plan(
 def _serves(
     func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list, kernel: Kernel, signatures: tuple
 ) -> bool:
-    """Whether the family's dynamic kernel computes this call, which has a size of 1 at one of
-    its dynamic dims, as a kernel for the call's own sizes would: its trace and a static one
-    compared (kernels_cache/program_match.py), for the lowering and sizes the kernel was
-    compiled from. ``signatures``: the call's and the kernel's.
+    """Whether the family's dynamic kernel computes this call (with a size of 1 at one of its
+    dynamic dims, or on a "sized" kernel) as a kernel for the call's own sizes would: its trace
+    and a static one compared (kernels_cache/program_match.py), for the lowering and sizes the
+    kernel was compiled from. ``signatures``: the call's and the kernel's.
     The answer is kept in the kernel cache for this call and this kernel (a family that later
     makes another dim dynamic asks again), so a new process does not trace again."""
     alternative, traced_at = kernel.metadata.get("alternative"), kernel.metadata.get("traced_at")
-    key = ("size 1 on a dynamic kernel", *signatures, alternative, tuple(sorted((traced_at or {}).items())))
+    key = ("a call on a dynamic kernel", *signatures, alternative, tuple(sorted((traced_at or {}).items())))
     kept = kernel_cache.choice(key, leaves.device)
     if kept is not None:
         return kept["served"]
-    with accumulation.ones_as_symbolic():  # a float64 sum of one number is a float32 sum of it
-        served = alternative in (AS_IT_IS, DECOMPOSED) and traced_at is not None and program_match.same_program(
-            traced_call(func, schema, args, kwargs, leaves, metas),
-            inputs,
-            traced_at,
-            [tuple(m.shape) for m in metas if m is not None],
-            lowering.trace_table(decompose=alternative == DECOMPOSED),
-        )
+    served = alternative in (AS_IT_IS, DECOMPOSED) and traced_at is not None and program_match.same_program(
+        traced_call(func, schema, args, kwargs, leaves, metas),
+        inputs,
+        traced_at,
+        [tuple(m.shape) for m in metas if m is not None],
+        lowering.trace_table(decompose=alternative == DECOMPOSED),
+    )
     kernel_cache.keep_choice(key, leaves.device, {"op": _describe(func, leaves), "served": served})
     return served
 
 
-def _traced_first(lowerings: list) -> Any:
+def _traced_first(lowerings: list) -> tuple[Any, bool]:
     """The first lowering, traced now (raising SymbolsMustMatch before anything compiles), as a
-    lowering that gives its text, or re-raises its error for the compile to report."""
+    lowering that gives its text, or re-raises its error for the compile to report; and whether
+    it traced."""
     try:
         text = lowerings[0]()
     except SymbolsMustMatch:
@@ -223,8 +227,8 @@ def _traced_first(lowerings: list) -> Any:
         def failed() -> str:
             raise failure
 
-        return failed
-    return lambda: text
+        return failed, False
+    return (lambda: text), True
 
 
 def _tensor_slots(leaves: Leaves) -> list[int]:

@@ -7,8 +7,8 @@ relative off (torch's CPU kernel, which adds in a cascade, 2e-8), the 2-norm of 
 language model's vocabulary) 7e-5 (torch 3.7e-6). Losses, norms and normalisations of large
 tensors are where training reads such sums.
 
-Here a reduction of at least :data:`LARGE` numbers (in a shape-generic kernel, any reduction over a
-size it takes at run time) adds in float64, whose 53 bits hold such sums to well under a float32
+Here a reduction of at least :data:`LARGE` numbers (in a shape-generic kernel: of its sizes that are
+fixed; a call it does not serve then gets a kernel of its own) adds in float64, whose 53 bits hold such sums to well under a float32
 ulp, and rounds once: as close as torch's or closer. Smaller ones are traced as they were (their
 error is a few ulps): float64 arithmetic cost IREE's CPU kernels up to 3.5 times their time (a
 row sum of 64x50257), and exp in float64 10 times, so softmax, layer norm and batch norm widen only
@@ -35,30 +35,34 @@ WIDE = torch.float64
 LARGE = 1024
 
 
-_serving = threading.local()
+_symbolic = threading.local()
 
 
 def _known(sizes: Any) -> int:
-    """The product of ``sizes``, where a shape-generic kernel's symbolic size counts as large: the
-    kernel serves every size, so a reduction over a symbolic size adds in float64 (counted as 1,
-    a sum of 16M numbers on a kernel traced at 3000 came out 11% off). While a fixed-size trace
-    at size 1 is compared with such a kernel (:func:`ones_as_symbolic`), its sizes of 1 count as
-    large too: a float64 sum of one number is that number, and the same program serves it."""
+    """The product of ``sizes`` that are numbers. A shape-generic kernel's symbolic sizes count
+    as 1 (its trace must not branch on them), so its reductions over them add as small ones;
+    such a trace is noted (:func:`noting_symbolic_counts`), and eager/op_trace.py serves a call
+    from its kernel only where the call's own trace is the same program: a large one gets a
+    kernel of its own, which adds in float64 (served by the kernel, a sum of 16M numbers came
+    out 11% off)."""
     sizes = list(sizes)
-    if any(not isinstance(size, int) or (size == 1 and getattr(_serving, "ones", False)) for size in sizes):
-        return LARGE
-    return math.prod(sizes)
+    numbers = [size for size in sizes if isinstance(size, int)]
+    if len(numbers) < len(sizes):
+        _symbolic.counted = True
+    return math.prod(numbers)
 
 
 @contextlib.contextmanager
-def ones_as_symbolic() -> Iterator[None]:
-    """While a size-1 call's fixed-size trace is compared with a shape-generic kernel
-    (eager/op_trace.py): its sizes of 1 are the kernel's symbolic sizes, and count as large."""
-    outer, _serving.ones = getattr(_serving, "ones", False), True
+def noting_symbolic_counts() -> Iterator[Callable[[], bool]]:
+    """Within: traces on this thread note whether a reduction counted a symbolic size; the value
+    given says whether one did."""
+    outer, _symbolic.counted = getattr(_symbolic, "counted", False), False
+    noted = [False]
     try:
-        yield
+        yield lambda: noted[0] or _symbolic.counted
     finally:
-        _serving.ones = outer
+        noted[0] = _symbolic.counted
+        _symbolic.counted = outer
 
 
 def _large(count: int) -> bool:
