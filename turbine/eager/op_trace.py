@@ -175,7 +175,7 @@ def _dynamic_kernel_plan(
             describe = f"{func}({', '.join(f'{k[2]}{list(k[1])}' for k in keyed)})"
             hints = {size.symbol: size.hint for sizes, _ in traced for size in sizes if isinstance(size, Dynamic)}
             # "sized": its program may not be the one a call's own sizes trace (a large reduction)
-            metadata = {"outputs": None, "structure": kind, "dynamic": True, "traced_at": hints, "sized": counted() or not traced_first}
+            metadata = {"outputs": None, "structure": kind, "dynamic": True, "traced_at": hints, "sized": bool(counted) or not traced_first}
             try:  # in the foreground: a family compiles one dynamic kernel, and a refusal must be known now
                 kernel = kernel_cache.kernel(dynamic_signature, leaves.device, [first, *lowerings[1:]], describe, metadata)
             except CompileError:

@@ -7,12 +7,12 @@ relative off (torch's CPU kernel, which adds in a cascade, 2e-8), the 2-norm of 
 language model's vocabulary) 7e-5 (torch 3.7e-6). Losses, norms and normalisations of large
 tensors are where training reads such sums.
 
-Here a reduction of at least :data:`LARGE` numbers (in a shape-generic kernel: of its sizes that are
-fixed; a call it does not serve then gets a kernel of its own) adds in float64, whose 53 bits hold such sums to well under a float32
-ulp, and rounds once: as close as torch's or closer. Smaller ones are traced as they were (their
-error is a few ulps): float64 arithmetic cost IREE's CPU kernels up to 3.5 times their time (a
-row sum of 64x50257), and exp in float64 10 times, so softmax, layer norm and batch norm widen only
-their sums. IREE 3.13's CUDA target compiles a float64 sum over the innermost dim of a widened
+Here a reduction of at least :data:`LARGE` numbers adds in float64, whose 53 bits hold such sums to
+well under a float32 ulp, and rounds once: as close as torch's or closer (a shape-generic kernel
+counts its fixed sizes only, and a large call it does not serve gets a kernel of its own).
+Smaller ones are traced as they were (their error is a few ulps): float64 arithmetic cost IREE's
+CPU kernels up to 3.5 times their time (a row sum of 64x50257), and exp in float64 10 times, so
+softmax, layer norm and batch norm widen only their sums. IREE 3.13's CUDA target compiles a float64 sum over the innermost dim of a widened
 input only when the input is read through a gather (eager/decompositions/widening.py, the next
 lowering tried). Each is declared a "refinement" (eager/registry.py): where a target compiles
 none of these, the op as IREE lowers it runs instead.
@@ -53,15 +53,16 @@ def _known(sizes: Any) -> int:
 
 
 @contextlib.contextmanager
-def noting_symbolic_counts() -> Iterator[Callable[[], bool]]:
-    """Within: traces on this thread note whether a reduction counted a symbolic size; the value
-    given says whether one did."""
+def noting_symbolic_counts() -> Iterator[list[bool]]:
+    """Within: whether the traces on this thread counted a symbolic size, as a list that holds
+    True once the block is left where one did."""
     outer, _symbolic.counted = getattr(_symbolic, "counted", False), False
-    noted = [False]
+    noted: list[bool] = []
     try:
-        yield lambda: noted[0] or _symbolic.counted
+        yield noted
     finally:
-        noted[0] = _symbolic.counted
+        if _symbolic.counted:
+            noted.append(True)
         _symbolic.counted = outer
 
 
