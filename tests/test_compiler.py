@@ -52,6 +52,26 @@ def test_a_compile_error_names_every_lowering_that_failed():
     assert "aten.special_airy_ai.default" in message and "alternative 2: torch has no decomposition" in message
 
 
+def test_a_lowering_whose_text_already_failed_is_not_compiled_again(monkeypatch):
+    """The last alternatives of an op (without the corrections of the ops inside it) trace the
+    same text as the first where nothing inside was corrected: that text is compiled once."""
+    from turbine.kernels_cache import cache
+
+    compiled = []
+
+    def compile(text: str, target: Target) -> bytes:
+        compiled.append(text)
+        if text == "same":
+            raise turbine.CompileError("refused")
+        return b"module"
+
+    monkeypatch.setattr(cache, "compile_mlir", compile)
+    assert cache._compile_first([lambda: "same", lambda: "same", lambda: "other"], CPU) == (b"module", "other", 2)
+    assert compiled == ["same", "other"]
+    with pytest.raises(turbine.CompileError, match="refused"):
+        cache._compile_first([lambda: "same", lambda: "same"], CPU)
+
+
 def test_a_trace_torch_refuses_logs_nothing_of_torchs():
     """A lowering whose trace torch's shape rule refuses (``_grouped_mm`` traced in float32) is a
     failed lowering turbine reports itself; torch's fake tensors also logged it at ERROR with a
