@@ -123,7 +123,7 @@ def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
     """The ways to lower the call, in order: the op as it is (``AS_IT_IS``); then torch's
     decompositions of it, where torch has some (``DECOMPOSED``); then, on a GPU (``GATHERED_ON``),
     the op with its reductions over an innermost dim read through gathers; then, for 0-d
-    inputs, the op on 1-d ones; then, for an op whose correction is a "refinement", the op
+    inputs, the op on 1-d ones, as it is and decomposed; then, for an op whose correction is a "refinement", the op
     without it, as it is and decomposed; last, as it is and decomposed without the corrections
     of the ops inside it."""
     traced = traced_call(func, schema, args, kwargs, leaves, metas)
@@ -148,7 +148,8 @@ def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
 
     def traced_as_1d(*values: torch.Tensor) -> list[torch.Tensor]:
         """0-d tensor inputs as 1-element 1-d ones: IREE 3.13 cannot lower some reductions of 0-d
-        tensors (amax, argmax, max.dim), and with dim 0 or -1 the op means the same on both."""
+        tensors (amax, argmax, max.dim), its compiler crashed on frexp's decomposition of a 0-d
+        tensor, and with dim 0 or -1 the op means the same on both."""
         values = [v.reshape(1) if i < count and v.dim() == 0 else v for i, v in enumerate(values)]
         return [o.reshape(shape) for o, shape in zip(traced(*values), result_shapes)]
 
@@ -164,7 +165,7 @@ def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
     if leaves.device is not None and leaves.device.kind in GATHERED_ON:
         lowerings.append(lambda: lowering.lower_through_gathers(checked, inputs))
     if any(t.dim() == 0 for t in leaves.tensors):
-        lowerings.append(lambda: lowering.lower(traced_as_1d, inputs))
+        lowerings += as_is_and_decomposed(traced_as_1d)
     ways = [checked]
     if registry.has_trait(_lowered_op(func, args, kwargs), "refinement"):
         ways.append(shape_checked(traced_call(func, schema, args, kwargs, leaves, metas, corrected=False)))
