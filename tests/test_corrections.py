@@ -85,9 +85,17 @@ def test_reductions_of_0d_tensors():
 
 
 @pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
-def test_an_op_whose_lowering_cannot_be_traced_goes_to_the_fallback():
-    # take's decomposition has a data-dependent shape for 0-d inputs, so tracing it fails.
-    check(lambda t, i: torch.take(t, i), torch.randn(()), torch.tensor(0), executor="fallback")
+def test_an_op_whose_lowering_cannot_be_traced_goes_to_the_fallback(monkeypatch, fresh_cache):
+    """A lowering whose trace raises (a data-dependent shape inside a decomposition, say) is a
+    lowering that failed: the op goes to the fallback policy."""
+    from turbine.eager import registry
+
+    def untraceable(x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("a data-dependent shape")
+
+    registry.corrections_digest()  # read from the corrections as they are (once per process)
+    monkeypatch.setattr(registry.entry(torch.ops.aten.log1p.default), "correction", untraceable)
+    check(torch.log1p, torch.rand(5), executor="fallback")
 
 
 def test_gradient_of_sgn_asks_for_efficient_zeros():

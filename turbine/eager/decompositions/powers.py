@@ -14,6 +14,8 @@ around as C does, and the second in the float result dtype.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 aten = torch.ops.aten
@@ -65,8 +67,11 @@ def integer_power(base: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
 
 
 def pow_tensor_scalar(base: torch.Tensor, exponent: float) -> torch.Tensor:
-    """``pow`` with an exponent compiled into the kernel (one of torch's special ones): the
-    exact form torch's kernel uses for it."""
+    """``pow`` with an exponent compiled into the kernel: for torch's special ones, the exact form
+    torch's kernel uses; for others (inside another op's kernel: cdist's p = 1.5), as
+    :func:`pow_tensor_tensor` does, the exponent's own cases decided here. IREE 3.13 folded
+    comparisons of a float64 constant to true (``full((), 1.5, float64) == 0``), which made every
+    such power 1."""
     base = base.to(torch.result_type(base, exponent))  # an integer base and a float exponent: in floats
     exact = {
         -2: lambda x: torch.reciprocal(x * x),
@@ -78,6 +83,32 @@ def pow_tensor_scalar(base: torch.Tensor, exponent: float) -> torch.Tensor:
         2: lambda x: x * x,
         3: lambda x: x * x * x,
     }.get(exponent)
-    if exact is None:
-        return pow_tensor_tensor(base, torch.full((), exponent, dtype=base.dtype))
-    return exact(base)
+    if exact is not None:
+        return exact(base)
+    if not isinstance(exponent, (int, float)) or not base.dtype.is_floating_point:
+        return aten.pow.Tensor_Tensor(base, _as_tensor(exponent, base.dtype))
+    return _float_power_of_number(base, float(exponent))
+
+
+def _float_power_of_number(base: torch.Tensor, exponent: float) -> torch.Tensor:
+    """:func:`pow_tensor_tensor` for a float base and a number exponent (not 0: exact above)."""
+    dtype = base.dtype
+    wide = base.to(torch.float64)
+    power = aten.pow.Tensor_Scalar(wide.abs(), exponent)
+    integral = math.isinf(exponent) or (not math.isnan(exponent) and exponent == math.floor(exponent))
+    if math.isfinite(exponent) and integral and exponent % 2 == 1:
+        negative = (wide < 0) | ((wide == 0) & (torch.reciprocal(wide) < 0))  # -0.0 too
+        power = torch.where(negative, -power, power)
+    if not integral:
+        power = torch.where((wide < 0) & torch.isfinite(wide), torch.full_like(power, float("nan")), power)
+    one = (wide == 1) | (wide == -1) if math.isinf(exponent) else wide == 1
+    return torch.where(one, torch.ones_like(power), power).to(dtype)
+
+
+def _as_tensor(number: float, dtype: torch.dtype) -> torch.Tensor:
+    """A number as a 0-d tensor of ``dtype``. Inside another op's kernel the number may be
+    symbolic (read at run time, as a float64 on the host, whose VM cannot convert it to float32):
+    it is then made in float64 and converted by a tensor op."""
+    if isinstance(number, (torch.SymFloat, torch.SymInt)):
+        return torch.full((), number, dtype=torch.float64).to(dtype)
+    return torch.full((), number, dtype=dtype)
