@@ -5,6 +5,7 @@ kernel whose inner correction does not compile for its target compiles without i
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import turbine
@@ -63,3 +64,24 @@ def test_every_kernel_is_keyed_by_the_code_of_the_corrections():
     assert lowering_of(aten.add.Tensor) == (digest,) and lowering_of(aten.scatter.src)[-1] == digest
     code = "import turbine; from turbine.eager import registry; print(registry.corrections_digest())"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == digest
+
+
+@pytest.mark.xfail(strict=True, reason="known bug, open: IREE's kernel gives +inf for (-0.0) ** -7 and -inf for 0.0 ** -7 (torch: -inf, +inf)")
+def test_pow_by_a_number_inside_a_kernel_keeps_torchs_special_values():
+    """pow by a number that is not one of torch's special exponents, traced inside another op's
+    kernel (cdist's p), decides the exponent's cases in Python: IREE 3.13 folded comparisons of a
+    float64 constant to true, which made every such power 1. Compiled by IREE for the CPU and run
+    there, against torch."""
+    import iree.compiler
+    import iree.runtime
+
+    exponents = [1.5, 2.5, 7, -7, 4, float("inf"), float("-inf"), float("nan")]
+    base = torch.tensor([-2.0, -0.0, 0.0, 1.0, -1.0, float("inf"), float("-inf"), float("nan"), 0.5, 3.0, -0.5])
+    text = lowering.lower(lambda t: [aten.pow.Tensor_Scalar(t, e) for e in exponents], [((11,), torch.float32)])
+    module = iree.compiler.compile_str(text, target_backends=["llvm-cpu"], input_type="torch")
+    results = iree.runtime.load_vm_flatbuffer(module, driver="local-sync").main(base.numpy())
+    for e, result in zip(exponents, results):
+        expected = torch.pow(base, e)
+        actual = torch.from_numpy(result.to_host())
+        torch.testing.assert_close(actual, expected, equal_nan=True, msg=lambda m: f"exponent {e}: {m}")
+        assert torch.equal(actual.signbit()[~expected.isnan()], expected.signbit()[~expected.isnan()]), f"exponent {e}: signs"
