@@ -95,6 +95,8 @@ def _float_power_of_number(base: torch.Tensor, exponent: float) -> torch.Tensor:
     dtype = base.dtype
     wide = base.to(torch.float64)
     power = aten.pow.Tensor_Scalar(wide.abs(), exponent)
+    if exponent < 0:  # IREE 3.13 gave 0.0 ** -7 as -inf
+        power = torch.where(wide == 0, torch.full_like(power, math.inf), power)
     integral = math.isinf(exponent) or (not math.isnan(exponent) and exponent == math.floor(exponent))
     if math.isfinite(exponent) and integral and exponent % 2 == 1:
         negative = (wide < 0) | ((wide == 0) & (torch.reciprocal(wide) < 0))  # -0.0 too
