@@ -20,7 +20,7 @@ from turbine.eager import timed_plan
 D = os.environ.get("TURBINE_TEST_DEVICE", "turbine:cpu")
 
 #: Executors ``check`` knows: IREE kernels only; or at least one op on torch's kernel or the host.
-EXECUTORS = ("iree", "fallback")
+EXECUTORS = ("iree", "fallback", "host")
 
 
 def to_device(value: Any) -> Any:
@@ -40,7 +40,8 @@ def _executors_used() -> tuple[dict, dict]:
 
 def check(fn: Callable, *inputs: Any, executor: str = "iree", **tolerance: Any) -> None:
     """``fn`` on turbine copies of ``inputs`` matches ``fn`` on the inputs (torch on the CPU), and
-    ran on ``executor``: ``"iree"`` (no op fell back or ran on the host) or ``"fallback"``."""
+    ran on ``executor``: ``"iree"`` (no op fell back or ran on the host), ``"fallback"`` (an op
+    fell back or ran on the host) or ``"host"`` (an op ran on the host by design, none fell back)."""
     assert executor in EXECUTORS, f"executor must be one of {EXECUTORS}"
     before = _executors_used()
     actual = _results(fn(*[to_device(t) for t in inputs]))
@@ -52,6 +53,8 @@ def check(fn: Callable, *inputs: Any, executor: str = "iree", **tolerance: Any) 
     after = _executors_used()
     if executor == "iree":
         assert after == before, f"expected IREE kernels only; fallbacks and host ops went from {before} to {after}"
+    elif executor == "host":
+        assert after[0] == before[0] and after[1] != before[1], f"expected host ops only; fallbacks and host ops went from {before} to {after}"
     else:
         assert after != before, "expected a fallback, but IREE ran every op"
     for a, e in zip(actual, _results(fn(*inputs)), strict=True):

@@ -1,5 +1,6 @@
 """Ops run as IREE kernels and match torch on the CPU."""
 
+from typing import Callable
 
 import pytest
 import torch
@@ -112,19 +113,42 @@ def test_scalar_sign_of_zero_and_nan_are_kept():
 
 ZERO_SIZE = {  # name: (function, input shape, executor)
     "add": (lambda x: x + 1, (0, 3), "iree"),
-    "sum over the empty dim": (lambda x: x.sum(0), (0, 3), "fallback"),
-    "sum of an empty row": (lambda x: x.sum(1), (3, 0), "fallback"),
+    "sum over the empty dim": (lambda x: x.sum(0), (0, 3), "host"),
+    "sum of an empty row": (lambda x: x.sum(1), (3, 0), "host"),
+    "mean of nothing": (lambda x: x.mean(), (0,), "host"),
+    "std over the empty dim": (lambda x: x.std(0), (0, 3), "host"),
+    "product of nothing": (lambda x: x.prod(1), (2, 0), "host"),
+    "matmul over an empty inner dim": (lambda x: x @ x.t(), (3, 0), "host"),
+    "scatter_add of an empty index": (lambda x: torch.zeros(5, device=x.device).scatter_add(0, x.long(), x), (0,), "iree"),
+    "index_add of no rows": (lambda x: torch.ones(4, 3, device=x.device).index_add(0, x[:, 0].long(), x), (0, 3), "iree"),
+    "index_put of an all-false mask": (lambda x: torch.index_put(x, (x < -100,), torch.ones((), device=x.device)), (4,), "iree"),
+    "gradient of gather by an empty index": (lambda x: _gather_gradient(x, torch.zeros(0, dtype=torch.long)), (5,), "host"),  # the sum of the empty gather
+    "max of nothing, torch's error": (lambda x: _raised(lambda: x.max()), (0,), "host"),
     "cat with an empty part": (lambda x: torch.cat([x, torch.ones(2, 3, device=x.device)]), (0, 3), "iree"),
     "empty slice of a view": (lambda x: x.t()[1:1] * 2, (3, 4), "iree"),
     "zeros factory": (lambda x: torch.zeros(0, 2, device=x.device) + x.sum(), (2, 2), "iree"),
 }
 
 
-@pytest.mark.filterwarnings("ignore::turbine.TurbineFallbackWarning")
+def _gather_gradient(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x's gradient through a gather by ``index`` (on x's device): a scatter_add into zeros."""
+    leaf = x.detach().requires_grad_()
+    leaf.gather(0, index.to(x.device)).sum().backward()
+    return leaf.grad
+
+
+def _raised(fn: Callable) -> str:
+    """The error ``fn`` raises, in words (torch's and turbine's must agree)."""
+    with pytest.raises(Exception) as raised:
+        fn()
+    return f"{type(raised.value).__name__}: {raised.value}"
+
+
 @pytest.mark.parametrize("name", sorted(ZERO_SIZE))
 def test_tensors_with_no_elements(name):
-    """IREE's compiler can crash on zero-size tensors, so these must never reach it (they run no
-    kernel, or, when they read an empty tensor into a non-empty result, go to the fallback) and
-    still give torch's results."""
+    """IREE's compiler can crash on zero-size tensors, so these must never reach it and still give
+    torch's results: a call whose results are empty runs no kernel; one that reads only empty
+    tensors takes torch's results from their shapes (the sum of nothing is 0, its mean NaN) on
+    the host; a scatter of an empty index is its first argument. None falls back."""
     fn, shape, executor = ZERO_SIZE[name]
-    check(fn, torch.randn(shape), executor=executor)
+    check(fn, torch.randn(shape), executor=executor, equal_nan=True)

@@ -1,7 +1,8 @@
 """Building the plan for a new key: from a saved record, a stored kernel, or the meta call.
 
 In order: an op that writes its arguments gets a mutation plan; one that returns a view of its
-input, a view plan; a call whose results are all empty, fresh allocations; a copy of a dense
+input, a view plan; a call whose results are all empty, fresh allocations; one that reads only
+empty tensors, torch's results from their shapes; a copy of a dense
 input, a new storage over its buffer; anything else, a kernel (eager/op_trace.py), which for a
 call the vendor executor can run too goes inside a timed plan (eager/timed_plan.py).
 """
@@ -17,7 +18,7 @@ from turbine.eager import executors, registry
 from turbine.eager.kernel_plan import KernelPlan
 from turbine.eager.meta import meta_call
 from turbine.eager.op_trace import kernel_plan, lowered_as_now, stored_kernel_plan
-from turbine.eager.plans import EmptyPlan, MutationPlan, SharePlan, ViewPlan, layouts_of, outputs
+from turbine.eager.plans import EmptyPlan, MutationPlan, NothingReadPlan, SharePlan, ViewPlan, layouts_of, outputs
 from turbine.eager.schema import OpSchema
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import contiguous_strides
@@ -48,6 +49,8 @@ def from_record(func: Any, schema: OpSchema, leaves: Leaves, record: tuple, run:
         if not _shares_here(func, leaves):
             return None
         plan = SharePlan(record[1])
+    elif kind == "nothing read":
+        plan = NothingReadPlan(func)
     else:
         plan = EmptyPlan(leaves.device, record[1], record[2])
     counters.plans_from_disk += 1
@@ -70,8 +73,10 @@ def build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: L
     if schema.aliased_output:
         return _view_plan(func, leaves, meta_out)
     metas, kind = outputs(meta_out, func)
-    if _zero_size(func, leaves, metas):
+    if _zero_size(metas):
         return EmptyPlan(leaves.device, layouts_of(metas), kind)
+    if any(t.numel() == 0 for t in leaves.tensors) and not registry.has_trait(func, "value_blind"):
+        return _reading_nothing(func, leaves, metas)
     if _shares_buffer(func, leaves, metas) and _shares_here(func, leaves):
         return SharePlan(tuple(metas[0].shape))
     if not _vendor_claims(func, leaves):
@@ -108,21 +113,32 @@ def _shares_here(func: Any, leaves: Leaves) -> bool:
     return leaves.tensors[0]._dense or not _vendor_claims(func, leaves)
 
 
-def _zero_size(func: Any, leaves: Leaves, metas: list) -> bool:
+def _zero_size(metas: list) -> bool:
     """Whether every result has no elements (so no kernel is needed).
 
     IREE 3.13 is not to be trusted with empty tensors: its compiler crashes on some views of them
     (a division by zero in torch-mlir), and kernels reducing an empty tensor gave wrong values
     (the std of nothing came out as a number, not NaN). Calls whose results are all empty run no
-    kernel; calls that read an empty tensor into a non-empty result go to the fallback policy,
-    except those that never read their input's values (``new_zeros`` and friends).
+    kernel; calls that read an empty tensor into a non-empty result do not run IREE's kernel
+    either (:func:`_reading_nothing`), except those that never read their input's values
+    (``new_zeros`` and friends).
     """
     outputs = [m for m in metas if m is not None]
-    if outputs and all(m.numel() == 0 for m in outputs):
-        return True
-    if not registry.has_trait(func, "value_blind") and any(t.numel() == 0 for t in leaves.tensors):
-        raise UnsupportedOpError(f"{func} reads a tensor with no elements, which IREE 3.13 does not compute reliably")
-    return False
+    return bool(outputs) and all(m.numel() == 0 for m in outputs)
+
+
+def _reading_nothing(func: Any, leaves: Leaves, metas: list) -> Callable:
+    """The plan of a call that reads an empty tensor into results with elements (IREE 3.13 is
+    not to be trusted with it: :func:`_zero_size`). Where every tensor argument is empty, the
+    results follow from the shapes alone (:class:`NothingReadPlan`); a scatter of an empty index
+    (``writes_by_index``) gives its first argument as it is. Any other call (a matmul of an empty
+    inner dim) or an op that draws random numbers goes to the fallback policy."""
+    if all(t.numel() == 0 for t in leaves.tensors) and torch.Tag.nondeterministic_seeded not in func.tags:
+        return NothingReadPlan(func)
+    first = leaves.tensors[0]
+    if registry.has_trait(func, "writes_by_index") and first.numel() and metas[0].dtype == first.dtype:
+        return SharePlan(tuple(metas[0].shape))
+    raise UnsupportedOpError(f"{func} reads a tensor with no elements, which IREE 3.13 does not compute reliably")
 
 
 def _view_plan(func: Any, leaves: Leaves, meta_out: Any) -> ViewPlan:

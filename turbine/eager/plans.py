@@ -12,8 +12,9 @@ from typing import Any, Callable
 
 import torch
 
+from turbine.counters import counters
 from turbine.device import Device
-from turbine.eager import fallback, runtime
+from turbine.eager import fallback, host, runtime
 from turbine.eager.executors import Executor
 from turbine.eager.schema import OpSchema, functional_variant, functionalized_variant
 from turbine.eager.signature import Leaves
@@ -80,6 +81,24 @@ class EmptyPlan:
 
     def record(self) -> tuple:
         return ("empty", self.layouts, self.kind)
+
+
+class NothingReadPlan:
+    """A call whose tensor arguments all have no elements but whose results do: the sum of
+    nothing is 0, its mean NaN, whatever the device. The results depend on the arguments' shapes
+    and dtypes alone, so torch's CPU kernel computes them from empty host tensors (no byte read
+    from the device) and they are uploaded; IREE 3.13 was not to be trusted with the empty
+    reductions (the std of nothing came out as a number). Counted as a host op."""
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+
+    def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
+        counters.host_ops[str(self.func)] += 1
+        return host.run_on_host(self.func, args, kwargs, leaves.device)
+
+    def record(self) -> tuple:
+        return ("nothing read",)
 
 
 #: How a plan puts its output tensors back into the op's result, by the kind of result.

@@ -99,6 +99,15 @@ declare(
     traits=["same_elements"],
 )
 declare(
+    [aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce, aten.scatter_add.default,
+     aten.scatter_reduce.two, aten.index_add.default, aten.index_reduce.default, aten.index_copy.default,
+     aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, aten.index_put.default, aten._index_put_impl.default,
+     aten.put.default],
+    "an empty index writes nothing, so it is no reason to fall back: gather's gradient for an empty index is a "
+    "scatter_add of nothing into zeros",
+    traits=["writes_by_index"],
+)
+declare(
     [aten.new_zeros, aten.new_ones, aten.new_full, aten.zeros_like, aten.ones_like, aten.full_like],
     "only the input's dtype and device are read, so an empty input is no reason to fall back",
     traits=["value_blind"],
