@@ -162,6 +162,17 @@ def test_weight_norm_gradients(dim, stats):
     assert stats()["fallbacks"] == {}
 
 
+@pytest.mark.parametrize("ord", [float("inf"), float("-inf"), 3.5])
+def test_a_norm_in_another_dtype_and_renorms_gradient(ord):
+    """A norm with ``dtype=`` is the norm of the input cast to it: torch-mlir's max norm kept the
+    input's dtype and did not compile, so renorm's gradient (a float64 max norm of float32 slices)
+    fell back."""
+    x = _inputs(4, 3, 5)
+    check_on_iree(lambda t: torch.linalg.vector_norm(t, ord, dim=(0, 2), keepdim=True, dtype=torch.float64), x)
+    if ord > 0:  # renorm takes positive norms only
+        check_on_iree(_gradient(lambda t: torch.renorm(t, ord, 1, 0.5)), x, torch.randn(4, 3, 5))
+
+
 def test_hardshrink_gradient():
     """hardshrink_backward (IREE 3.13 cannot lower it); 0 at NaN, as torch's CPU kernel."""
     x = _inputs(6, 7)

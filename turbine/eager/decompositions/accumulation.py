@@ -113,8 +113,8 @@ def in_float64(op: torch._ops.OpOverload, count: Callable[..., Any]) -> Callable
     return widened
 
 
-#: The ops corrected by :func:`in_float64`, with how many numbers each adds: sums, means and
-#: norms, the losses whose aten op reduces inside, and batch norm's gradient (the weight's and
+#: The ops corrected by :func:`in_float64`, with how many numbers each adds: sums and means
+#: (norms: :func:`vector_norm`), the losses whose aten op reduces inside, and batch norm's gradient (the weight's and
 #: bias's, sums over the batch, were 1e-5 off). Batch norm itself: :func:`batch_norm_functional`.
 WIDENED: dict[torch._ops.OpOverload, Callable[..., Any]] = {
     aten.sum.default: lambda input, **_: _over(input),
@@ -122,11 +122,22 @@ WIDENED: dict[torch._ops.OpOverload, Callable[..., Any]] = {
     aten.mean.default: lambda input, **_: _over(input),
     aten.mean.dim: lambda input, dim, *_, **__: _over(input, dim),
     aten.nansum.default: lambda input, dim=None, *_, **__: _over(input, dim),
-    aten.linalg_vector_norm.default: lambda input, ord=2, dim=None, *_, **__: _over(input, dim),
     aten.logsumexp.default: lambda input, dim, *_: _over(input, dim),
     aten.mse_loss.default: _reduced,
     aten.native_batch_norm_backward.default: lambda grad, input, *_: _per_channel(input),
 }
+
+
+_wide_norm = in_float64(aten.linalg_vector_norm.default, lambda input, ord, dim, keepdim: _over(input, dim))
+
+
+def vector_norm(input: torch.Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> torch.Tensor:
+    """``linalg_vector_norm`` of ``input`` cast to ``dtype`` first, as torch defines it (torch-mlir's
+    max norm, ord +-inf, kept the input's dtype and did not compile: renorm's gradient asks for
+    float64), accumulated in float64 where it adds many numbers (:func:`in_float64`)."""
+    if dtype is not None and dtype != input.dtype and not input.dtype.is_complex:
+        input = input.to(dtype)
+    return _wide_norm(input, ord, dim, keepdim)
 
 
 def _sum_wide(x: torch.Tensor, dim: int) -> torch.Tensor:
