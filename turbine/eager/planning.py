@@ -131,8 +131,8 @@ def _reading_nothing(func: Any, leaves: Leaves, metas: list) -> Callable:
     """The plan of a call that reads an empty tensor into results with elements (IREE 3.13 is
     not to be trusted with it: :func:`_zero_size`). Where every tensor argument is empty, the
     results follow from the shapes alone (:class:`NothingReadPlan`); a scatter of an empty index
-    (``writes_by_index``) gives its first argument as it is. Any other call (a matmul of an empty
-    inner dim) or an op that draws random numbers goes to the fallback policy."""
+    (``writes_by_index``) gives its first argument as it is. Any other call (an addmm of an empty
+    inner dim onto a bias) or an op that draws random numbers goes to the fallback policy."""
     if all(t.numel() == 0 for t in leaves.tensors) and torch.Tag.nondeterministic_seeded not in func.tags:
         return NothingReadPlan(func)
     first = leaves.tensors[0]

@@ -113,9 +113,9 @@ def in_float64(op: torch._ops.OpOverload, count: Callable[..., Any]) -> Callable
     return widened
 
 
-#: The ops corrected by :func:`in_float64`, with how many numbers each adds: sums and means
-#: (norms: :func:`vector_norm`), the losses whose aten op reduces inside, and batch norm's gradient (the weight's and
-#: bias's, sums over the batch, were 1e-5 off). Batch norm itself: :func:`batch_norm_functional`.
+#: The ops corrected by :func:`in_float64`, with how many numbers each adds: sums and means (norms:
+#: :func:`vector_norm`), the losses whose aten op reduces inside, and batch norm's gradient (the
+#: weight's and bias's, sums over the batch, were 1e-5 off). Batch norm itself: :func:`batch_norm_functional`.
 WIDENED: dict[torch._ops.OpOverload, Callable[..., Any]] = {
     aten.sum.default: lambda input, **_: _over(input),
     aten.sum.dim_IntList: lambda input, dim, *_, **__: _over(input, dim),
