@@ -173,6 +173,23 @@ def test_a_norm_in_another_dtype_and_renorms_gradient(ord):
         check_on_iree(_gradient(lambda t: torch.renorm(t, ord, 1, 0.5)), x, torch.randn(4, 3, 5))
 
 
+def test_masked_scatter_gradients_as_a_multimodal_model_takes_them():
+    """masked_scatter's gradients (a vision-language model places its image features among the
+    token embeddings with it): the source's is the gradient at the mask's ones in row-major
+    order, 0 past their count; IREE 3.13 could not compile ``masked_scatter_backward``."""
+    embeds, features = torch.randn(2, 6, 4), torch.randn(5, 4)
+    image = torch.tensor([[0, 1, 1, 0, 0, 0], [1, 0, 0, 1, 1, 0]], dtype=torch.bool)  # 5 image tokens
+
+    def gradients(embeds, features, grad):
+        leaves = [t.detach().requires_grad_() for t in (embeds, features)]
+        placed = leaves[0].masked_scatter(image.to(embeds.device).unsqueeze(-1).expand_as(embeds), leaves[1])
+        return torch.autograd.grad(placed, leaves, grad)
+
+    check_on_iree(gradients, embeds, features, torch.randn(2, 6, 4))
+    fewer = torch.rand(3, 5) > 0.6  # a broadcast mask with fewer ones than the source has elements
+    check_on_iree(_gradient(lambda r: torch.zeros(2, 3, 5, device=r.device).masked_scatter(fewer.to(r.device), r)), torch.randn(40), torch.randn(2, 3, 5))
+
+
 def test_hardshrink_gradient():
     """hardshrink_backward (IREE 3.13 cannot lower it); 0 at NaN, as torch's CPU kernel."""
     x = _inputs(6, 7)

@@ -1,7 +1,7 @@
 """Scatters IREE 3.13 cannot compile as they are, written with the ones it can
 (``scatter_reduce`` and ``index_put``): scatter (its compiler crashed on an index of two dims
 or more: topk's backward), scatter with a reduce, scatter_add of any index shape, index_reduce,
-put, masked_scatter, diagonal_scatter and as_strided_scatter; and unfold's gradient, a scatter
+put, masked_scatter and its gradient, diagonal_scatter and as_strided_scatter; and unfold's gradient, a scatter
 of the windows' gradients."""
 
 from __future__ import annotations
@@ -133,6 +133,20 @@ def masked_scatter(input: torch.Tensor, mask: torch.Tensor, source: torch.Tensor
     rank = torch.cumsum(mask.to(torch.int64), 0) - 1
     taken = source.reshape(-1).index_select(0, torch.clamp(rank, 0, max(source.numel() - 1, 0)))
     return torch.where(mask, taken, input.expand(shape).reshape(-1)).reshape(shape)
+
+
+@registers(aten.masked_scatter_backward.default)
+def masked_scatter_backward(grad: torch.Tensor, mask: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """source's gradient: its k-th element gets grad where the (broadcast) mask's k-th True is,
+    in row-major order, and 0 past the mask's count (multimodal models place image features
+    with masked_scatter). Each True writes its rank; every other place the slot past the end."""
+    count = math.prod(sizes)
+    shape = torch.broadcast_shapes(grad.shape, mask.shape)
+    mask = mask.expand(shape).reshape(-1)
+    rank = torch.cumsum(mask.to(torch.int64), 0) - 1
+    slot = torch.where(mask & (rank < count), rank, count)
+    placed = torch.zeros(count + 1, dtype=grad.dtype).index_put((slot,), grad.expand(shape).reshape(-1))
+    return placed[:count].reshape(sizes)
 
 
 @registers(aten.diagonal_scatter.default)
