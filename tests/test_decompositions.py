@@ -217,6 +217,15 @@ def test_unfold_gradient(shape, dim, size, step):
     check_on_iree(_gradient(lambda t: t.unfold(dim, size, step)), x, grad)
 
 
+@pytest.mark.parametrize("indices", [torch.tensor(3), torch.tensor([[3, 0, 3], [9, 3, 1]])], ids=["0-d", "2-d"])
+def test_embedding_gradient(indices):
+    """The weight's gradient adds each looked-up row's gradient; IREE 3.13 could not compile it
+    for a 0-d index (one token looked up as ``embedding(torch.tensor(3))``)."""
+    weight = torch.randn(10, 4)
+    grad = torch.randn(indices.shape + (4,))
+    check_on_iree(lambda w, i, g: torch.autograd.grad(torch.nn.functional.embedding(i, w.requires_grad_()), w, g)[0], weight, indices, grad)
+
+
 def test_embedding_with_max_norm_renormalises_the_rows_it_looks_up():
     """embedding_renorm (nn.Embedding(max_norm=...)) rescales, in place, the rows a lookup reads
     that are longer than max_norm; IREE 3.13 cannot lower it, so every such lookup fell back."""

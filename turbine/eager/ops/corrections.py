@@ -123,6 +123,14 @@ def _convert_element_type(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.ops.aten._to_copy.default(x, dtype=dtype)
 
 
+def _embedding_dense_backward(grad: torch.Tensor, indices: torch.Tensor, *rest: Any) -> torch.Tensor:
+    """A lookup of one row by a 0-d index as a lookup of a list of one: IREE 3.13 could not
+    compile the gradient of ``embedding(torch.tensor(3))``."""
+    if indices.dim() == 0:
+        return _aten.embedding_dense_backward.default(grad.reshape(1, -1), indices.reshape(1), *rest)
+    return _aten.embedding_dense_backward.default(grad, indices, *rest)
+
+
 declare(
     _aten.pow.Tensor_Tensor,
     "IREE computes it as exp(log(base) * exponent): NaN for negative bases, 2e-6 off in float32, C's special values wrong",
@@ -147,6 +155,7 @@ for _op in (_aten.leaky_relu_backward.default, _aten.softshrink.default):
 declare(_aten.select_scatter.default, "IREE 3.13 wrote a negative index to the wrong place", correction=_select_scatter)
 declare(_aten.index.Tensor, "IREE reads negative indices as they are, outside the tensor", correction=_index)
 declare(_aten.index_put.default, "IREE wrote negative indices outside the tensor (a crash)", correction=_index_put)
+declare(_aten.embedding_dense_backward.default, "IREE 3.13 could not compile it for a 0-d index", correction=_embedding_dense_backward)
 declare(_aten.renorm.default, "a negative dim renormed the wrong slices", correction=_decomposed(_aten.renorm.default))
 for _op in _NAN_DROPPING:
     declare(_op, "IREE lowers min/max comparisons as selects that drop a NaN", correction=_nan_propagating(_op))
