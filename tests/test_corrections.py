@@ -662,6 +662,17 @@ def test_running_sums_and_products_accumulate_in_float64():
     check(lambda t: torch.cumsum(t, 0), torch.tensor([3, -1, 4]))
 
 
+def test_integer_running_products_wrap_around_as_torchs():
+    """IREE 3.13 could not compile an integer cumprod (masked.cumprod fell back): a scan of
+    products, which wrap around in int64 as torch's do; booleans and int32 count as int64."""
+    torch.manual_seed(0)
+    check(lambda t: torch.cumprod(t, 1), torch.randint(-9, 10, (4, 60)))  # past 2**63: wraps
+    check(lambda t: torch.cumprod(t, -1), torch.randint(-3, 4, (2, 3, 5), dtype=torch.int32))
+    check(lambda t: torch.cumprod(t, 0), torch.rand(7) > 0.3)
+    check(lambda t: torch.cumprod(t, 0, dtype=torch.int32), torch.tensor([3, -1, 4]))
+    check(lambda t: torch.cumprod(t, 0), torch.tensor(5))
+
+
 def test_float32_reductions_of_a_million_numbers_are_rounded_once():
     """IREE adds float32 reductions in float32 along vector lanes: a sum or mean of a million
     numbers came out 8.6e-6 relative off, a norm 2e-3, an MSE loss 4e-3, a batch norm's running

@@ -12,7 +12,6 @@ from turbine.eager.decompositions._common import floating, registers
 aten = torch.ops.aten
 
 
-
 def _scan(values: tuple[torch.Tensor, ...], dim: int, combine: Callable) -> tuple[torch.Tensor, ...]:
     """An inclusive scan along ``dim`` in log2(n) steps (Hillis and Steele): at step k each
     element combines with the running result 2**k places before it. ``combine(earlier, later)``
@@ -89,8 +88,16 @@ def cumsum(input: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) -
 
 
 def cumprod(input: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A running product accumulated in float64 for narrower floats, as :func:`cumsum`."""
-    return _widened(aten.cumprod.default, input, dim, dtype)
+    """A running product accumulated in float64 for narrower floats, as :func:`cumsum`; of
+    integers, a scan of products wrapping around as torch's (IREE 3.13 could not compile an
+    integer cumprod)."""
+    result = dtype or (input.dtype if input.is_floating_point() or input.is_complex() else torch.int64)
+    if result.is_floating_point or result.is_complex:
+        return _widened(aten.cumprod.default, input, dim, dtype)
+    integers = input.to(result)
+    if integers.dim() == 0:
+        return integers.clone()
+    return _scan((integers,), dim, lambda earlier, later: (earlier[0] * later[0],))[0]
 
 
 def _widened(scan: torch._ops.OpOverload, input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
