@@ -19,6 +19,7 @@ from turbine.eager.executors import Executor
 from turbine.eager.schema import OpSchema, functional_variant, functionalized_variant
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DeviceTensor, ReinterpretedStorage, Storage, ViewLayout, empty, torch_device
+from turbine.eager.transfer import to_device
 from turbine.eager.views import dense, write
 from turbine.errors import UnsupportedLayoutError, UnsupportedOpError, detached
 
@@ -86,8 +87,8 @@ class EmptyPlan:
 class NothingReadPlan:
     """A call whose tensor arguments all have no elements but whose results do: the sum of
     nothing is 0, its mean NaN, whatever the device. The results depend on the arguments' shapes
-    and dtypes alone, so torch's CPU kernel computes them from empty host tensors (no byte read
-    from the device) and they are uploaded; IREE 3.13 was not to be trusted with the empty
+    and dtypes alone, so torch's CPU kernel computes them from empty host tensors of the same
+    shapes (nothing is downloaded, nor waited for) and they are uploaded; IREE 3.13 was not to be trusted with the empty
     reductions (the std of nothing came out as a number). Counted as a host op."""
 
     def __init__(self, func: Any) -> None:
@@ -95,7 +96,12 @@ class NothingReadPlan:
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         counters.host_ops[str(self.func)] += 1
-        return host.run_on_host(self.func, args, kwargs, leaves.device)
+        device = leaves.device
+
+        def stand_in(tensor: DeviceTensor, written: bool) -> torch.Tensor:
+            return torch.empty_strided(tuple(tensor.shape), tuple(tensor.stride()), dtype=tensor.dtype)
+
+        return host.run_with_torch(self.func, args, kwargs, stand_in, lambda result: to_device(result.contiguous(), device), torch.device("cpu"))
 
     def record(self) -> tuple:
         return ("nothing read",)
