@@ -88,8 +88,9 @@ class NothingReadPlan:
     """A call whose tensor arguments all have no elements but whose results do: the sum of
     nothing is 0, its mean NaN, whatever the device. The results depend on the arguments' shapes
     and dtypes alone, so torch's CPU kernel computes them from empty host tensors of the same
-    shapes (nothing is downloaded, nor waited for) and they are uploaded; IREE 3.13 was not to be trusted with the empty
-    reductions (the std of nothing came out as a number). Counted as a host op."""
+    shapes (nothing is downloaded, nor waited for) and they are uploaded; IREE 3.13 was not to
+    be trusted with the empty reductions (the std of nothing came out as a number). Counted as a
+    host op."""
 
     def __init__(self, func: Any) -> None:
         self.func = func
@@ -101,7 +102,10 @@ class NothingReadPlan:
         def stand_in(tensor: DeviceTensor, written: bool) -> torch.Tensor:
             return torch.empty_strided(tuple(tensor.shape), tuple(tensor.stride()), dtype=tensor.dtype)
 
-        return host.run_with_torch(self.func, args, kwargs, stand_in, lambda result: to_device(result.contiguous(), device), torch.device("cpu"))
+        def bring_back(result: torch.Tensor) -> DeviceTensor:
+            return to_device(result.contiguous(), device)
+
+        return host.run_with_torch(self.func, args, kwargs, stand_in, bring_back, torch.device("cpu"))
 
     def record(self) -> tuple:
         return ("nothing read",)
