@@ -122,3 +122,30 @@ def test_repeat_interleave_without_an_output_size():
     torch.testing.assert_close(ours.grad.cpu(), theirs.grad)
     with pytest.raises(RuntimeError, match="repeats can not be negative"):
         torch.repeat_interleave(torch.tensor([1, -2], device=D)).cpu()
+
+
+def test_bincount_counts_and_adds_weights_as_torch():
+    """bincount (a mixture of experts counts the tokens routed to each expert with it): its size
+    is the largest value plus one, or minlength; ones counted as int64, float32 weights added as
+    float32 and any other as float64."""
+    torch.manual_seed(0)
+    experts = torch.randint(0, 8, (64,))
+    _on_iree(torch.bincount, experts)
+    _on_iree(lambda e: torch.bincount(e, minlength=12), experts)
+    _on_iree(lambda e: torch.bincount(e.to(torch.uint8)), experts)
+    _on_iree(lambda e: torch.bincount(e, minlength=3), torch.zeros(0, dtype=torch.int64))
+    _on_iree(lambda e, w: torch.bincount(e, w), experts, torch.randint(-5, 5, (64,)))  # as float64
+    weights = torch.rand(64)
+    with turbine.fallback("error"):
+        actual = torch.bincount(experts.to(D), weights.to(D)).cpu()
+    torch.testing.assert_close(actual, torch.bincount(experts, weights))  # float32 sums: added in another order
+
+
+@pytest.mark.parametrize(
+    "values, match",
+    [(torch.tensor([3, -1, 2]), "non-negative integral"), (torch.tensor([[1, 2]]), "1-d"), (torch.tensor([1.0]), "integral")],
+    ids=["negative", "2-d", "float"],
+)
+def test_bincount_refuses_what_torch_refuses(values, match):
+    with pytest.raises(RuntimeError, match=match):
+        torch.bincount(values.to(D))

@@ -1,6 +1,7 @@
 """Ops whose result's size is the number of true entries of a mask: ``nonzero`` (``argwhere``),
-``masked_select``, boolean masks as indices (``x[mask]``, ``x[mask] = values``), and ``unique``
-and ``unique_consecutive`` (the mask of where a run of equal values starts).
+``masked_select``, boolean masks as indices (``x[mask]``, ``x[mask] = values``), ``unique``
+and ``unique_consecutive`` (the mask of where a run of equal values starts); and ``bincount``,
+whose size is the largest value plus one.
 
 torch has no shape rule for these (the size depends on the data), so turbine could not plan
 them and they fell back, ``x[mask]`` and its gradient among them. torch's CUDA kernels read the
@@ -116,7 +117,31 @@ def _unique_consecutive(func: Any, args: tuple, kwargs: dict) -> Any:
     return unique, run.reshape(input.shape) if return_inverse else run, counts
 
 
+def _bincount(func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+    """``bincount``: the values' range read on the host (as torch CUDA reads it) sizes the
+    result and checks that none is negative; then one index_add of ones, or of the weights
+    (float32 ones as float32, any other as float64, as torch gives them)."""
+    named = bound_arguments(func, args, kwargs)
+    input, weights, minlength = named["self"], named.get("weights"), named.get("minlength", 0)
+    if input.dim() != 1 or input.dtype.is_floating_point or input.dtype.is_complex or input.dtype == torch.bool:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if weights is not None and (weights.dim() != 1 or weights.shape[0] != input.shape[0]):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    size = minlength
+    if input.numel():
+        largest, smallest = torch.stack([input.max(), input.min()]).to(torch.int64).tolist()
+        if smallest < 0:
+            raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+        size = max(size, largest + 1)
+    dtype = torch.int64 if weights is None else weights.dtype if weights.dtype == torch.float32 else torch.float64
+    added = torch.ones(input.shape, dtype=dtype, device=input.device) if weights is None else weights.to(dtype)
+    return torch.zeros(size, dtype=dtype, device=input.device).index_add(0, input.to(torch.int64), added)
+
+
 declare(aten.nonzero.default, "the count of nonzero entries read on the host (as torch CUDA reads it), then IREE kernels", handler=_nonzero)
 declare(aten.masked_select.default, "the mask's true entries found as nonzero finds them, then gathered", handler=_masked_select)
 declare(aten._unique2.default, "a stable sort, then the starts of its runs of equal values found as nonzero finds them", handler=_unique)
 declare(aten.unique_consecutive.default, "the starts of the runs of equal neighbours found as nonzero finds them", handler=_unique_consecutive)
+declare(aten.bincount.default, "its size is the largest value plus one, read on the host (as torch CUDA reads it), then an index_add", handler=_bincount)
