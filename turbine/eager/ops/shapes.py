@@ -102,7 +102,7 @@ declare(
     [aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce, aten.scatter_add.default,
      aten.scatter_reduce.two, aten.index_add.default, aten.index_reduce.default, aten.index_copy.default,
      aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, aten.index_put.default, aten._index_put_impl.default,
-     aten.put.default],
+     aten.put.default, aten.masked_scatter.default],
     "an empty index writes nothing, so it is no reason to fall back: gather's gradient for an empty index is a "
     "scatter_add of nothing into zeros",
     traits=["writes_by_index"],
