@@ -90,3 +90,21 @@ def test_grad_scaler_unscales_skips_non_finite_steps_and_updates_its_scale_as_on
     assert scales[D] == scales["cpu"] == [1024.0, 512.0, 512.0, 1024.0]
     for p, q in zip(ours.parameters(), model.parameters()):  # bfloat16 products: a rounding apart at most
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "scale, good_steps, found_inf",
+    [(65536.0, 0, 0.0), (65536.0, 1, 0.0), (65536.0, 1, 1.0), (2.0**-20, 0, float("nan")), (3e38, 1, 0.0)],
+    ids=["counts a good step", "grows after the interval", "backs off after an inf", "backs off after a NaN", "would overflow"],
+)
+def test_the_scale_update_runs_on_iree_as_torchs(scale, good_steps, found_inf, stats):
+    """GradScaler.update's op (``_amp_update_scale_``): IREE 3.13 could not compile it, so every
+    mixed-precision step fell back once. Scale and count of good steps match torch's, written in
+    place."""
+    expected = [torch.tensor(scale), torch.tensor(good_steps, dtype=torch.int32)]
+    actual = [t.to(D) for t in expected]
+    torch._amp_update_scale_(*expected, torch.tensor(found_inf), 2.0, 0.5, 2)
+    torch._amp_update_scale_(*actual, torch.tensor(found_inf).to(D), 2.0, 0.5, 2)
+    for a, e in zip(actual, expected):
+        assert torch.equal(a.cpu(), e)
+    assert stats()["fallbacks"] == {}
