@@ -381,20 +381,28 @@ def test_cdist_and_pdist(p):
     check_on_iree(lambda x: torch.nn.functional.pdist(x, p), a[0])
 
 
-@pytest.mark.parametrize("p", [0.0, 1.0, 1.5, 2.0, math.inf])
-def test_cdist_gradients(p):
-    """_cdist_backward (IREE 3.13 lowers it not, torch has no decomposition), for both sets, a zero
-    distance among them (its gradient is 0, as torch's)."""
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0, 1.5, 2.0, math.inf])
+def test_cdist_and_pdist_gradients(p):
+    """_cdist_backward and _pdist_backward (IREE 3.13 lowers them not, torch has no
+    decomposition), for both sets, with a zero distance among them (its gradient is 0, as
+    torch's) and, for p < 1, an equal coordinate (its term is 0, not NaN: |0|^(p-1) is inf)."""
     torch.manual_seed(0)
     a, b = torch.randn(2, 5, 3), torch.randn(2, 4, 3)
     b[0, 1] = a[0, 2]
+    b[1, 0, 0] = a[1, 3, 0]
+    a[0, 4] = a[0, 1]
     grad = torch.randn(2, 5, 4)
 
     def gradients(x, y, g):
         x, y = x.detach().requires_grad_(), y.detach().requires_grad_()
         return torch.autograd.grad(torch.cdist(x, y, p), (x, y), g)
 
+    def pdist_gradient(x, g):
+        x = x.detach().requires_grad_()
+        return torch.autograd.grad(torch.nn.functional.pdist(x, p), x, g)[0]
+
     check_on_iree(gradients, a, b, grad)
+    check_on_iree(pdist_gradient, a[0], torch.randn(10))
 
 
 def test_cdist_takes_torchs_matrix_product_form_for_large_inputs():

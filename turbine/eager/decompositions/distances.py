@@ -40,26 +40,38 @@ def cdist(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode: int | None
     return _norm_of_differences(x1.unsqueeze(-2) - x2.unsqueeze(-3), p)
 
 
-@registers(aten._cdist_backward.default)
-def cdist_backward(grad: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, p: float, distances: torch.Tensor) -> torch.Tensor:
-    """cdist's gradient for ``x1`` (autograd calls it again with the two swapped for ``x2``): the
-    derivative of each distance, ``sign(d) |d|^(p-1) / dist^(p-1)`` for the differences ``d``,
-    weighted by its gradient and summed over the other set; 0 where a distance is 0, as torch's."""
-    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
-    dist = distances.unsqueeze(-1)
+def _slope(diff: torch.Tensor, distances: torch.Tensor, p: float) -> torch.Tensor:
+    """Each distance's derivative by its differences ``diff`` (``distances`` broadcast to them):
+    ``sign(d) |d|^(p-1) / dist^(p-1)``; 0 where the distance or, for p < 1, the difference is 0,
+    as torch's kernels have it (|0|^(p-1) is inf there: the gradient came out NaN)."""
     zero = torch.zeros_like(diff)
     if p == 0:
-        slope = zero
-    elif p == 1:
+        return zero
+    if p == 1:
         slope = torch.sign(diff)
     elif p == math.inf:
-        slope = torch.where(diff.abs() == dist, torch.sign(diff), zero)
+        slope = torch.where(diff.abs() == distances, torch.sign(diff), zero)
     elif p == 2:
-        slope = diff / dist
+        slope = diff / distances
     else:
-        slope = torch.sign(diff) * torch.pow(diff.abs(), p - 1) / torch.pow(dist, p - 1)
-    slope = torch.where(dist == 0, zero, slope)
-    return (grad.unsqueeze(-1) * slope).sum(-2)
+        slope = torch.sign(diff) * torch.pow(diff.abs(), p - 1) / torch.pow(distances, p - 1)
+        slope = torch.where(diff == 0, zero, slope)
+    return torch.where(distances == 0, zero, slope)
+
+
+@registers(aten._cdist_backward.default)
+def cdist_backward(grad: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, p: float, distances: torch.Tensor) -> torch.Tensor:
+    """cdist's gradient for ``x1`` (autograd calls it again with the two swapped for ``x2``): each
+    distance's derivative (:func:`_slope`), weighted by its gradient and summed over the other set."""
+    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    return (grad.unsqueeze(-1) * _slope(diff, distances.unsqueeze(-1), p)).sum(-2)
+
+
+def _pairs(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows i < j of pdist's pairs, in row-major order of the pairs."""
+    first = torch.cat([torch.arange(n - 1 - i) * 0 + i for i in range(n - 1)])
+    second = torch.cat([torch.arange(i + 1, n) for i in range(n - 1)])
+    return first, second
 
 
 @registers(aten._pdist_forward.default)
@@ -68,6 +80,18 @@ def pdist(input: torch.Tensor, p: float = 2.0) -> torch.Tensor:
     n = input.shape[0]
     if n < 2:
         return input.new_zeros(0)
-    first = torch.cat([torch.arange(n - 1 - i) * 0 + i for i in range(n - 1)])
-    second = torch.cat([torch.arange(i + 1, n) for i in range(n - 1)])
+    first, second = _pairs(n)
     return _norm_of_differences(input.index_select(0, first) - input.index_select(0, second), p)
+
+
+@registers(aten._pdist_backward.default)
+def pdist_backward(grad: torch.Tensor, input: torch.Tensor, p: float, distances: torch.Tensor) -> torch.Tensor:
+    """pdist's gradient: each pair's derivative (:func:`_slope`), weighted by its gradient, added
+    to its first row and taken from its second."""
+    n = input.shape[0]
+    if n < 2:
+        return torch.zeros_like(input)
+    first, second = _pairs(n)
+    diff = input.index_select(0, first) - input.index_select(0, second)
+    change = grad.unsqueeze(-1) * _slope(diff, distances.unsqueeze(-1), p)
+    return torch.zeros_like(input).index_add(0, first, change).index_add(0, second, -change)
