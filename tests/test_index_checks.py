@@ -229,10 +229,6 @@ RANGED = {
         lambda d: torch.zeros(4, device=d).masked_scatter(torch.tensor([True, False, True, False], device=d), torch.arange(1.0, 3.0, device=d)),
         lambda d: torch.zeros(4, device=d).masked_scatter(torch.tensor([True, True, True, False], device=d), torch.arange(1.0, 3.0, device=d)),
     ),
-    "masked_scatter of no source": (  # nothing to read: the result is the tensor, the count still checked
-        lambda d: torch.zeros(4, device=d).masked_scatter(torch.tensor([False, False, False, False], device=d), torch.zeros(0, device=d)),
-        lambda d: torch.zeros(4, device=d).masked_scatter(torch.tensor([False, True, False, False], device=d), torch.zeros(0, device=d)),
-    ),
     "repeat_interleave output_size": (
         lambda d: torch.repeat_interleave(torch.tensor([1, 2, 3], device=d), output_size=6),
         lambda d: torch.repeat_interleave(torch.tensor([1, 2, 3], device=d), output_size=4),

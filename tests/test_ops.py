@@ -120,8 +120,9 @@ ZERO_SIZE = {  # name: (function, input shape, executor)
     "product of nothing": (lambda x: x.prod(1), (2, 0), "host"),
     "matmul over an empty inner dim": (lambda x: x @ x.t(), (3, 0), "host"),
     "scatter_add of an empty index": (lambda x: torch.zeros(5, device=x.device).scatter_add(0, x.long(), x), (0,), "iree"),
-    "index_add of no rows": (lambda x: torch.ones(4, 3, device=x.device).index_add(0, x[:, 0].long(), x), (0, 3), "iree"),
-    "masked_scatter of no source": (lambda x: torch.ones(2, 3, device=x.device).masked_scatter(torch.ones(2, 3, device=x.device) < 0, x), (0,), "iree"),
+    "scatter_add of an empty index of another dtype, torch's error": (
+        lambda x: _raised(lambda: torch.zeros(3, device=x.device).scatter_add(0, x.long(), x.double())), (0,), "iree"
+    ),
     "index_put of an all-false mask": (lambda x: torch.index_put(x, (x < -100,), torch.ones((), device=x.device)), (4,), "iree"),
     "gradient of gather by an empty index": (lambda x: _gather_gradient(x, torch.zeros(0, dtype=torch.long)), (5,), "host"),  # the sum of the empty gather
     "max of nothing, torch's error": (lambda x: _raised(lambda: x.max()), (0,), "host"),

@@ -131,13 +131,13 @@ def _reading_nothing(func: Any, leaves: Leaves, metas: list) -> Callable:
     """The plan of a call that reads an empty tensor into results with elements (IREE 3.13 is
     not to be trusted with it: :func:`_zero_size`). Where every tensor argument is empty, the
     results follow from the shapes alone (:class:`NothingReadPlan`); a scatter of an empty index
-    (``writes_by_index``) gives its first argument as it is. Any other call (an addmm of an empty
+    (``writes_by_index``) gives its first argument as it is, a new storage over its buffer. Any other call (an addmm of an empty
     inner dim onto a bias) or an op that draws random numbers goes to the fallback policy."""
     if all(t.numel() == 0 for t in leaves.tensors) and torch.Tag.nondeterministic_seeded not in func.tags:
         return NothingReadPlan(func)
-    first = leaves.tensors[0]
-    if registry.has_trait(func, "writes_by_index") and first.numel() and metas[0].dtype == first.dtype:
-        return SharePlan(tuple(metas[0].shape))
+    first, result = leaves.tensors[0], metas[0]
+    if registry.has_trait(func, "writes_by_index") and first.numel() and (result.shape, result.dtype) == (first.shape, first.dtype):
+        return SharePlan(tuple(result.shape))
     raise UnsupportedOpError(f"{func} reads a tensor with no elements, which IREE 3.13 does not compute reliably")
 
 

@@ -36,7 +36,8 @@ TRAITS = {
     "value_blind": "uses its tensor argument for its dtype and device only (runs on empty inputs)",
     "same_elements": "its result is its input's elements in row-major order: a new storage over the input's buffer",
     "writes_by_index": "its result is its first argument with elements written at indices from its other tensors: "
-    "where one of those has no elements, nothing is written (a new storage over the first argument's buffer)",
+    "where one of those has no elements, nothing is written (a new storage over the first argument's buffer); "
+    "its shape rule refuses every call its kernel refuses",
     "native_precision": "computed in its inputs' half precision (not float32 'opmath', as torch's contractions)",
     "refinement": "its correction makes IREE's right lowering more precise: where the correction does not compile "
     "for a target (a float64 mean on CUDA), the op as it is is traced instead",

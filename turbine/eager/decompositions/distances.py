@@ -48,7 +48,7 @@ def _slope(diff: torch.Tensor, distances: torch.Tensor, p: float) -> torch.Tenso
     if p == 0:
         return zero
     if p == 1:
-        slope = torch.sign(diff)
+        slope = torch.where(torch.isnan(diff), diff, torch.sign(diff))  # torch's sign of NaN is 0; its gradient NaN
     elif p == math.inf:
         slope = torch.where(diff.abs() == distances, torch.sign(diff), zero)
     elif p == 2:

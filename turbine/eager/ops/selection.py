@@ -120,21 +120,22 @@ def _unique_consecutive(func: Any, args: tuple, kwargs: dict) -> Any:
 def _bincount(func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
     """``bincount``: the values' range read on the host (as torch CUDA reads it) sizes the
     result and checks that none is negative; then one index_add of ones, or of the weights
-    (float32 ones as float32, any other as float64, as torch gives them)."""
+    (float32 ones as float32, any other as float64), with torch's CPU kernel's checks in its
+    order (no values: int64 zeros of minlength, whatever the weights)."""
     named = bound_arguments(func, args, kwargs)
     input, weights, minlength = named["self"], named.get("weights"), named.get("minlength", 0)
-    if input.dim() != 1 or input.dtype.is_floating_point or input.dtype.is_complex or input.dtype == torch.bool:
-        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if input.dtype.is_floating_point or input.dtype.is_complex or input.dtype == torch.bool:
+        raise NotImplementedError(f"bincount is not implemented for {input.dtype}: it counts integers")
     if minlength < 0:
         raise RuntimeError("minlength should be >= 0")
+    if input.dim() == 1 and input.numel() == 0:
+        return torch.zeros(minlength, dtype=torch.int64, device=input.device)
+    smallest, largest = torch.stack([input.min(), input.max()]).tolist() if input.dim() == 1 else (-1, -1)
+    if smallest < 0:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if weights is not None and (weights.dim() != 1 or weights.shape[0] != input.shape[0]):
         raise RuntimeError("weights should be 1-d and have the same length as input")
-    size = minlength
-    if input.numel():
-        largest, smallest = torch.stack([input.max(), input.min()]).to(torch.int64).tolist()
-        if smallest < 0:
-            raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
-        size = max(size, largest + 1)
+    size = max(minlength, largest + 1)
     dtype = torch.int64 if weights is None else weights.dtype if weights.dtype == torch.float32 else torch.float64
     added = torch.ones(input.shape, dtype=dtype, device=input.device) if weights is None else weights.to(dtype)
     return torch.zeros(size, dtype=dtype, device=input.device).index_add(0, input.to(torch.int64), added)

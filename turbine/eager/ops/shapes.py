@@ -100,11 +100,11 @@ declare(
 )
 declare(
     [aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce, aten.scatter_add.default,
-     aten.scatter_reduce.two, aten.index_add.default, aten.index_reduce.default, aten.index_copy.default,
-     aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, aten.index_put.default, aten._index_put_impl.default,
-     aten.put.default, aten.masked_scatter.default],
+     aten.scatter_reduce.two],
     "an empty index writes nothing, so it is no reason to fall back: gather's gradient for an empty index is a "
-    "scatter_add of nothing into zeros",
+    "scatter_add of nothing into zeros. (index_add, index_copy, index_fill, index_put, put and masked_scatter "
+    "are not here: their shape rules let calls through that torch's kernels refuse, a source of another dtype "
+    "or length among them, and only the fallback gives torch's error)",
     traits=["writes_by_index"],
 )
 declare(
