@@ -443,6 +443,17 @@ def test_integer_powers_are_kernels_that_wrap_around_as_torchs(dtype):
             base.to(D) ** -3
 
 
+@pytest.mark.parametrize("relu", [torch.relu, torch.relu_, torch.nn.functional.relu], ids=["relu", "relu_", "F.relu"])
+def test_relu_of_booleans_raises_torchs_error(relu):
+    """torch's kernels refuse relu of booleans, its shape rule does not: turbine's kernel gave all
+    False (tests/test_fuzz.py found it)."""
+    mask = torch.tensor([True, False])
+    with pytest.raises(RuntimeError, match="Boolean inputs not supported for relu"):
+        relu(mask.clone())
+    with pytest.raises(RuntimeError, match="Boolean inputs not supported for relu"):
+        relu(mask.to(D))
+
+
 @pytest.mark.parametrize("dims", [1, 3])  # (avg_pool1d pools an unbatched input with avg_pool2d)
 def test_average_pooling_of_unbatched_inputs(dims):
     """IREE 3.13 pools batched inputs only: avg_pool of a (channels, *spatial) input fell back

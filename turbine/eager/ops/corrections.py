@@ -150,6 +150,17 @@ def _integer_power_checked(func: Any, args: tuple, kwargs: dict) -> Continue:
 
 
 declare([_aten.pow.Tensor_Scalar, _aten.pow_.Scalar], "an integer tensor to a negative integer power raises torch's error", handler=_integer_power_checked)
+
+
+def _relu_checked(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """torch's kernels refuse relu of booleans (its shape rule does not); turbine's kernel gave
+    all False (found by tests/test_fuzz.py)."""
+    if (args[0] if args else kwargs["self"]).dtype == torch.bool:
+        raise RuntimeError("Boolean inputs not supported for relu")
+    return Continue(args, kwargs)
+
+
+declare([_aten.relu.default, _aten.relu_.default], "relu of booleans raises torch's error", handler=_relu_checked)
 for _op in (_aten.leaky_relu_backward.default, _aten.softshrink.default):
     declare(_op, "IREE's lowering took the wrong branch for many elements; torch's decomposition is right", correction=_decomposed(_op))
 declare(_aten.select_scatter.default, "IREE 3.13 wrote a negative index to the wrong place", correction=_select_scatter)
