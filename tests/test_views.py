@@ -212,3 +212,11 @@ def test_writing_an_expanded_view_raises_as_torch_does():
         with pytest.raises(RuntimeError, match=str(theirs.value)[:60]):
             write(ours.unsqueeze(0).expand(2, 3))
     torch.testing.assert_close(ours.cpu(), base)
+
+
+def test_writing_an_expanded_view_with_no_elements_is_allowed_as_in_torch():
+    """Found by tests/test_fuzz.py: an expanded view with no elements shares no memory between
+    two of them, so torch writes it (nothing changes); turbine raised the overlap error."""
+    for device in ("cpu", D):
+        empty = torch.zeros(2, 0, 1, device=device).expand(2, 0, 4)
+        assert empty.mul_(torch.ones(4, device=device)).shape == (2, 0, 4)

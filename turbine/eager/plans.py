@@ -210,8 +210,11 @@ class MutationPlan:
 
 def _check_no_internal_overlap(target: Any) -> None:
     """torch's check on a tensor an op writes: no two of its elements may share memory (an
-    expanded view's), or the result would depend on the order of the writes."""
-    if isinstance(target, DeviceTensor) and any(size > 1 and stride == 0 for size, stride in zip(target.shape, target.stride())):
+    expanded view's), or the result would depend on the order of the writes. A tensor with no
+    elements has none to share (torch writes an empty expanded view without complaint)."""
+    if not isinstance(target, DeviceTensor) or target.numel() == 0:
+        return
+    if any(size > 1 and stride == 0 for size, stride in zip(target.shape, target.stride())):
         raise RuntimeError(
             "unsupported operation: more than one element of the written-to tensor refers to a single memory "
             "location. Please clone() the tensor before performing the operation."
