@@ -88,10 +88,7 @@ def pdist(input: torch.Tensor, p: float = 2.0) -> torch.Tensor:
 def pdist_backward(grad: torch.Tensor, input: torch.Tensor, p: float, distances: torch.Tensor) -> torch.Tensor:
     """pdist's gradient: each pair's derivative (:func:`_slope`), weighted by its gradient, added
     to its first row and taken from its second."""
-    n = input.shape[0]
-    if n < 2:
-        return torch.zeros_like(input)
-    first, second = _pairs(n)
+    first, second = _pairs(input.shape[0])  # (fewer than 2 rows never come here: their gradient is empty)
     diff = input.index_select(0, first) - input.index_select(0, second)
     change = grad.unsqueeze(-1) * _slope(diff, distances.unsqueeze(-1), p)
     return torch.zeros_like(input).index_add(0, first, change).index_add(0, second, -change)
