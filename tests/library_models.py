@@ -12,6 +12,7 @@ issuing them, decides a step's time, as in real use).
 
 from __future__ import annotations
 
+import copy
 import types
 from typing import Callable
 
@@ -23,6 +24,8 @@ from transformers import (
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     ResNetConfig,
     ResNetForImageClassification,
     T5Config,
@@ -53,6 +56,17 @@ def llama(size: dict) -> torch.nn.Module:
         bos_token_id=0, eos_token_id=1, pad_token_id=1,
     )
     return LlamaForCausalLM(config)
+
+
+def mixtral(size: dict) -> torch.nn.Module:
+    """A mixture of experts: a router picks 2 of 4 experts per token, whose matmuls run as
+    ``grouped_mm`` over the tokens sorted by expert (transformers' default experts)."""
+    config = MixtralConfig(
+        num_hidden_layers=size["layers"], hidden_size=size["hidden"], intermediate_size=2 * size["hidden"],
+        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+        vocab_size=size["vocab"], max_position_embeddings=256, bos_token_id=0, eos_token_id=1, pad_token_id=1,
+    )
+    return MixtralForCausalLM(config)
 
 
 def bert(size: dict) -> torch.nn.Module:
@@ -139,6 +153,7 @@ def digits(size: dict) -> dict[str, torch.Tensor]:
 MODELS: dict[str, tuple[Callable[[dict], torch.nn.Module], Callable[[dict], dict], bool]] = {
     "gpt2": (gpt2, tokens, True),
     "llama": (llama, tokens, True),
+    "mixtral": (mixtral, tokens, True),
     "bert": (bert, tokens, False),
     "t5": (t5, tokens, True),
     "vit": (vit, images, False),
@@ -151,6 +166,16 @@ def build(name: str, size: str = "test") -> torch.nn.Module:
     """The named model on the CPU, with the same random weights every time."""
     torch.manual_seed(0)
     return MODELS[name][0](SIZES[size])
+
+
+def in_float64(model: torch.nn.Module) -> torch.nn.Module:
+    """A float64 copy of ``model``, the truth the tests measure float32 rounding against. A
+    mixture of experts computes its experts one by one there (transformers' "eager" experts):
+    torch's grouped_mm multiplies float32 and half precision only."""
+    truth = copy.deepcopy(model).double()
+    if getattr(getattr(truth, "config", None), "_experts_implementation", "eager") != "eager":
+        truth.set_experts_implementation("eager")
+    return truth
 
 
 def batch(name: str, size: str = "test") -> dict[str, torch.Tensor]:

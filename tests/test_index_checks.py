@@ -326,7 +326,7 @@ def test_grouped_mm_offsets_outside_out_of_order_or_misaligned_are_reported(layo
     group out of order or not spanning a multiple of 16 bytes (losing the CUDA context) and reads
     outside its operands past their end; its CPU kernel slices (so clamps) and checks nothing.
     turbine gives torch's result where torch's kernels agree, names the bad entry otherwise, and
-    runs on."""
+    runs on (eager/ops/grouped.py)."""
     torch.manual_seed(0)
     a, b = (torch.randn(shape, dtype=torch.bfloat16) for shape in GROUPED[layout])
     o = torch.tensor(offs, dtype=torch.int32)
@@ -337,10 +337,9 @@ def test_grouped_mm_offsets_outside_out_of_order_or_misaligned_are_reported(layo
         turbine.synchronize(D)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = torch._grouped_mm(a.to(D), b.to(D), o.to(D))
         if words is None:
-            torch.testing.assert_close(result.cpu(), torch._grouped_mm(a, b, o))
-        else:
+            torch.testing.assert_close(torch._grouped_mm(a.to(D), b.to(D), o.to(D)).cpu(), torch._grouped_mm(a, b, o))
+        else:  # at the call where the offsets are read on the host, at the read where checked on the device
             with pytest.raises(RuntimeError, match=words):
-                result.cpu()
+                torch._grouped_mm(a.to(D), b.to(D), o.to(D)).cpu()
     torch.testing.assert_close((a.to(D) * 2).cpu(), a * 2)

@@ -270,59 +270,6 @@ def _repeat_counts(func: Any, args: tuple, kwargs: dict) -> Continue:
     return Continue(*as_call(func, named | {"repeats": torch.where(total <= size, repeats, torch.zeros_like(repeats))}))
 
 
-def _group_offsets(func: Any, args: tuple, kwargs: dict) -> Continue:
-    """``grouped_mm``'s ``offs`` end each group along the jagged dim of its 2-d operand (``mat_a``'s
-    rows against a 3-d ``mat_b``, ``mat_b``'s columns against a 3-d ``mat_a``, the shared inner dim
-    of two 2-d ones): they lie in ``[0, length]`` and do not decrease. On a GPU, each group but the
-    last also spans a multiple of 16 bytes of every tensor it cuts (TMA's alignment). torch's CUDA
-    kernel asserts on a group out of order or misaligned (which loses the CUDA context turbine
-    shares with torch CUDA) and reads outside the operands at offsets past the end; its CPU kernel
-    slices, so clamps, and checks nothing. turbine reports the first bad entry at the next read, and
-    the kernel gets offsets clamped into range, in order and aligned."""
-    named = bound_arguments(func, args, kwargs)
-    first, second, offs = named["self"], named["mat2"], named.get("offs")
-    if not isinstance(offs, DeviceTensor) or offs.numel() == 0:
-        return Continue(args, kwargs)
-    if first.dim() == 2:
-        operand, dim = ("mat_a", 0) if second.dim() == 3 else ("mat_a", 1)
-        length = first.shape[dim]
-    else:
-        operand, dim, length = "mat_b", 1, second.shape[1]
-    where = f"each group ends inside {operand}'s dim {dim} (of length {length})"
-    error = lambda value, position: RuntimeError(f"grouped_mm: offs[{position}] is {value}, outside [0, {length}]: {where}")  # noqa: E731
-    checked(offs, 0, length + 1, error)
-    if offs.numel() > 1:
-        steps = offs[1:].to(torch.int64) - offs[:-1].to(torch.int64)
-        order = lambda value, position: RuntimeError(f"grouped_mm: offs must not decrease, but offs[{position + 1}] is {value} below offs[{position}]")  # noqa: E731
-        checked(steps, 0, 2**62, lambda value, position: order(-value, position))
-    safe = torch.cummax(offs.clamp(0, length), 0).values
-    align = _group_alignment(first, second, named.get("out_dtype")) if offs._storage.device.kind == "cuda" else 1
-    if align > 1 and offs.numel() > 1:
-        ends = offs[:-1]  # the last group may end anywhere
-        words = lambda value, position: RuntimeError(  # noqa: E731
-            f"grouped_mm: offs[{position}] is {value}, not a multiple of {align}: on a GPU each group but the last "
-            f"spans a multiple of 16 bytes of the tensors it cuts (torch's CUDA kernel asserts otherwise)"
-        )
-        checked(torch.where(ends % align == 0, torch.zeros_like(ends), ends), 0, 1, words)
-        safe = torch.cat([safe[:-1] // align * align, safe[-1:]])
-    return Continue(*as_call(func, named | {"offs": safe}))
-
-
-def _group_alignment(first: DeviceTensor, second: DeviceTensor, out_dtype: torch.dtype | None) -> int:
-    """The elements a GPU grouped_mm's group must span a multiple of: 16 bytes of each tensor the
-    jagged dim cuts, at that tensor's stride along it (the result's too, where it is cut)."""
-    if first.dim() == 2 and second.dim() == 3:
-        cut = [(first, 0)]
-    elif first.dim() == 3:
-        cut = [(second, 1)]
-    else:
-        cut = [(first, 1), (second, 0)]
-    strides = [tensor.stride(dim) * tensor.element_size() for tensor, dim in cut]
-    if first.dim() == 3 and second.dim() == 2:  # the result's columns: its contiguous dim
-        strides.append((out_dtype or first.dtype).itemsize)
-    return math.lcm(*(16 // math.gcd(16, stride) for stride in strides if stride))
-
-
 def check_indexing(source: DeviceTensor, indices: list) -> list:
     """``x[i, j]``'s index tensors, each checked against the dim it indexes (a boolean mask takes
     as many dims as it has, and is not checked: it cannot point outside)."""
@@ -365,7 +312,6 @@ declare(list(_POOLED_DIMS), "its indices are checked against its input's planes"
 declare(aten.lu_unpack.default, "its pivots are checked against the factored matrix's rows", handler=_pivots)
 declare(aten.binary_cross_entropy.default, "its input and target are checked to lie in [0, 1]", handler=_probabilities)
 declare(aten.masked_scatter.default, "its mask's ones are counted against the source's elements", handler=_masked_scatter)
-declare(aten._grouped_mm.default, "its group offsets are checked against the jagged dim, for order and (on a GPU) for alignment", handler=_group_offsets)
 declare(aten.repeat_interleave.Tensor, "its repeats are added up against the output_size it is given, or on the host into one", handler=_repeat_counts)
 declare(
     [aten.nll_loss_forward.default, aten.nll_loss_backward.default, aten.nll_loss2d_forward.default, aten.nll_loss2d_backward.default],
