@@ -37,6 +37,48 @@ def test_factories_match_torch_cpu(name):
     torch.testing.assert_close(actual.cpu(), expected)
 
 
+#: Factories with ``out=``: torch's C++ code reaches a device through these forms (``at::linspace``
+#: is an empty tensor and ``linspace_out``: affine_grid's gradient; ``at::eye`` is ``eye_out``).
+OUT_FACTORIES = {
+    "arange": lambda out: torch.arange(6, out=out),
+    "arange start": lambda out: torch.arange(1, 13, 2, out=out),
+    "linspace": lambda out: torch.linspace(-1, 1, 6, out=out),
+    "logspace": lambda out: torch.logspace(0, 1, 6, base=2, out=out),
+    "zeros": lambda out: torch.zeros(6, out=out),
+    "ones": lambda out: torch.ones(2, 3, out=out),
+    "full": lambda out: torch.full((6,), 2.5, out=out),
+    "eye": lambda out: torch.eye(2, 3, out=out),
+    "rand": lambda out: torch.rand(6, out=out),
+    "rand generator": lambda out: torch.rand(6, out=out, generator=torch.Generator().manual_seed(3)),
+    "randn": lambda out: torch.randn(2, 3, out=out),
+    "randperm": lambda out: torch.randperm(6, out=out),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64], ids=str)
+@pytest.mark.parametrize("name", sorted(OUT_FACTORIES))
+def test_factories_write_out_tensors_as_torch_does(name, dtype, stats):
+    """Into a strided view of another shape (resized in place, so its base sees the values) and
+    into a dense tensor of the result's shape, on IREE's kernels or torch's random numbers, no
+    fallback."""
+    if dtype == torch.int64 and name in ("rand", "rand generator", "randn"):
+        pytest.skip("torch draws no integer rand or randn")
+    for shape in ((6,), (2, 3)):
+        torch.manual_seed(7)
+        base, expected_base = torch.zeros(4, 7, dtype=dtype).to(D), torch.zeros(4, 7, dtype=dtype)
+        with turbine.fallback("error"):
+            result = OUT_FACTORIES[name](base[1:3, ::2])
+        torch.manual_seed(7)
+        expected = OUT_FACTORIES[name](expected_base[1:3, ::2])
+        assert result.shape == expected.shape
+        torch.testing.assert_close(base.cpu(), expected_base)
+        dense = torch.empty(expected.shape, dtype=dtype).to(D)
+        torch.manual_seed(7)
+        OUT_FACTORIES[name](dense)
+        torch.testing.assert_close(dense.cpu(), expected)
+    assert stats()["fallbacks"] == {}
+
+
 def test_like_and_new_factories():
     x = torch.randn(3, 2)
     xd = x.to(D)

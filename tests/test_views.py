@@ -3,6 +3,8 @@
 
 import pytest
 import torch
+
+import turbine
 from checks import D
 
 
@@ -180,6 +182,23 @@ def test_out_tensors_are_resized_as_in_torch():
     with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
         torch.mul(a.to(D), 3, out=out)
     torch.testing.assert_close(out.cpu(), a * 3)
+
+
+@pytest.mark.parametrize("policy", ["device", "host"])
+@pytest.mark.parametrize("op", [torch.exp, torch.special.airy_ai], ids=["on a kernel", "on the fallback"])
+def test_a_view_resized_as_an_out_tensor_writes_into_its_base_as_in_torch(op, policy):
+    """torch resizes an ``out=`` tensor of another shape in place (contiguous from its offset,
+    over its storage), so a view passed as ``out=`` writes into its base. turbine gave the view a
+    storage of its own: the base never saw the result."""
+    x = torch.randn(6)
+    base, expected_base = torch.zeros(4, 7).to(D), torch.zeros(4, 7)
+    out, expected_out = base[1:3, ::2], expected_base[1:3, ::2]
+    with turbine.fallback(policy), pytest.warns(UserWarning, match="was resized"):
+        result = op(x.to(D), out=out)
+    op(x, out=expected_out)
+    assert result is out
+    assert (out.shape, out.stride(), out.storage_offset()) == (expected_out.shape, expected_out.stride(), expected_out.storage_offset())
+    torch.testing.assert_close(base.cpu(), expected_base)
 
 
 def test_resize_keeps_the_elements_that_fit():

@@ -16,7 +16,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from turbine.device import Device
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device
-from turbine.eager.views import to_host, write
+from turbine.eager.views import to_host, write, write_resized
 from turbine.errors import UnsupportedLayoutError
 
 
@@ -86,7 +86,7 @@ def run_with_torch(
         target = originals.get(id(torch_tensor))
         if target is not None and id(target) in written:
             if torch_tensor.shape != target.shape:
-                target._become(bring_back(torch_tensor))  # torch resized it (out=, resize_)
+                write_resized(target, bring_back(torch_tensor))  # torch resized it (out=, resize_)
             else:
                 write(target, bring_back(torch_tensor))
 

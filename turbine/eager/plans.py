@@ -20,7 +20,7 @@ from turbine.eager.schema import OpSchema, functional_variant, functionalized_va
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DeviceTensor, ReinterpretedStorage, Storage, ViewLayout, empty, torch_device
 from turbine.eager.transfer import to_device
-from turbine.eager.views import dense, write
+from turbine.eager.views import dense, write, write_resized
 from turbine.errors import UnsupportedLayoutError, UnsupportedOpError, detached
 
 aten = torch.ops.aten
@@ -241,4 +241,4 @@ def resize_out(target: DeviceTensor, value: DeviceTensor) -> None:
             UserWarning,
             stacklevel=8,  # the user's call, above the device mode, torch's dispatch and turbine's plan
         )
-    target._become(dense(value))
+    write_resized(target, value)

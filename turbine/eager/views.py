@@ -100,6 +100,14 @@ def dense(tensor: DeviceTensor) -> DeviceTensor:
     return wrap(buffer, tensor.dtype, sizes, view)
 
 
+def write_resized(target: DeviceTensor, values: DeviceTensor) -> None:
+    """Make ``target`` (an ``out=`` argument of another shape) hold ``values``, as torch's
+    ``resize_output`` does: ``target`` is resized in place first (contiguous from its offset, over
+    the same storage where the values fit), so a view passed as ``out=`` writes into its base."""
+    torch.ops.aten.resize_.default(target, list(values.shape))
+    write(target, dense(values))
+
+
 def write(target: DeviceTensor, values: DeviceTensor) -> None:
     """Make ``target`` hold ``values`` (dense, same sizes and dtype), as an in-place op does.
 

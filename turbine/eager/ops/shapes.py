@@ -63,18 +63,30 @@ def _lazy_view_as_copy(func: Any, args: tuple, kwargs: dict) -> Any:
     return physical(*args, **kwargs)
 
 
-def _arange_out(func: Any, args: tuple, kwargs: dict) -> Any:
-    """``torch.arange(start, end, step, out=t)`` (torch's ``one_hot`` calls it): the factory's
-    values, written into ``t``, resized first as ``out=`` arguments are."""
-    out = kwargs["out"]
-    values = factories.create(torch.arange, args, {"dtype": out.dtype}, out._storage.device)
+def _factory_out(func: Any, args: tuple, kwargs: dict) -> Any:
+    """A factory's ``out=`` form (``torch.arange(5, out=t)``): the factory's values, written into
+    ``t``, resized first (silently, as torch's factories resize theirs). torch's C++ code reaches a
+    device through these: ``at::linspace`` is an empty tensor and ``linspace_out`` (affine_grid's
+    gradient), ``at::eye`` an empty tensor and ``eye_out``, and ``one_hot`` calls ``arange_out``."""
+    named = dict(kwargs)
+    out = named.pop("out")
+    factory = getattr(torch, func.overloadpacket.__name__)
+    values = factories.create(factory, args, named | {"dtype": out.dtype}, out._storage.device)
     if values.shape != out.shape:
         out.resize_(values.shape)
     out.copy_(values)
     return out
 
 
-declare([aten.arange.start_out, aten.arange.out], "the factory's values written into the out= tensor", handler=_arange_out)
+#: The factories' ``out=`` forms: their out-of-place forms take a device and a dtype besides, so
+#: the generic way finds no twin for them (eager/plans.py's MutationPlan).
+_FACTORY_OUTS = [
+    "arange.out", "arange.start_out", "linspace.out", "logspace.out", "zeros.out", "ones.out", "full.out",
+    "eye.out", "eye.m_out", "rand.out", "rand.generator_out", "randn.out", "randn.generator_out",
+    "randperm.out", "randperm.generator_out",
+]
+declare(_FACTORY_OUTS, "the factory's values written into the out= tensor", handler=_factory_out)
+
 declare(aten.resize_.default, "the tensor takes a contiguous geometry over its storage, grown when too small", handler=_resize)
 declare(
     ["squeeze_.default", "squeeze_.dim", "squeeze_.dims", "unsqueeze_.default", "t_.default", "transpose_.default",
