@@ -65,7 +65,7 @@ def _grouped_mm(func: Any, args: tuple, kwargs: dict) -> Any:
         return _joined(parts, 1, (a.shape[1], b.shape[1]), a)
     products = {g: torch.mm(a[:, start:end], b[start:end]) for g, start, end in groups}
     empty = a.new_zeros(a.shape[0], b.shape[1])
-    return torch.stack([products.get(g, empty) for g in range(len(ends))])
+    return torch.stack([products.get(g, empty) for g in range(len(ends))]) if ends else a.new_zeros(0, *empty.shape)
 
 
 def _check(a: DeviceTensor, b: DeviceTensor, offs: Any, bias: Any, out_dtype: torch.dtype | None) -> None:
