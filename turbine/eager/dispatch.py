@@ -18,7 +18,7 @@ import torch
 
 from turbine.config import on_change
 from turbine.eager import ops  # noqa: F401  (its declarations fill the op registry)
-from turbine.eager import backward_errors, foreach, planning, registry, runtime, saved_plans, whole_calls
+from turbine.eager import backward_errors, custom_ops, foreach, planning, registry, runtime, saved_plans, whole_calls
 from turbine.eager.host import device_of
 from turbine.eager.meta import meta_call, on_cpu_zeros
 from turbine.eager.plans import FallbackPlan
@@ -56,7 +56,7 @@ def run(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
 
 def _route(func: Any) -> Callable:
     """How an op runs: its registered handler, one op per list element for ``_foreach_``,
-    torch's own decomposition for a composite op, else a plan."""
+    torch's own decomposition for a composite op, a Python custom op's own body, else a plan."""
     handler = registry.handler(func)
     if handler is not None:
         return _with_handler(handler)
@@ -64,6 +64,9 @@ def _route(func: Any) -> Callable:
         return foreach.run
     if func._can_decompose():
         return _decompose
+    own = custom_ops.body(func)
+    if own is not None:
+        return custom_ops.runner(own, plan_and_run, runtime.state.routes)
     return plan_and_run
 
 
@@ -76,6 +79,8 @@ def route_name(func: Any) -> str:
         return "composite: torch's own decomposition into the ops it is defined with (CompositeImplicitAutograd)"
     if route is plan_and_run:
         return "planned: meta call, then a kernel, view, mutation or empty plan by what the op does"
+    if registry.handler(func) is None:
+        return "custom: its own Python body (torch.library.custom_op) on turbine tensors, else planned"
     return "handler: the registry's handler runs first (it may go on the planned way)"
 
 
