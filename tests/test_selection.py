@@ -168,3 +168,18 @@ def test_bincount_of_no_values_is_int64_zeros_whatever_the_weights():
     empty = torch.zeros(0, dtype=torch.int64)
     _on_iree(lambda e, w: torch.bincount(e, w, minlength=3), empty, torch.zeros(0))
     _on_iree(lambda e, w: torch.bincount(e, w, minlength=2), empty, torch.zeros(5))
+
+
+def test_index_fills_gradient_for_a_tensor_value_sums_over_the_unique_indices(stats):
+    """index_fill's gradient for a 0-d tensor value sums the gradient at the unique indices
+    (``_unique``, which fell back)."""
+    value, source, index = torch.tensor(2.0), torch.randn(4, 5), torch.tensor([1, 3, 1])
+    grad = torch.randn(4, 5)
+    leaves = [[t.clone().requires_grad_() for t in (value, source)], [t.to(D).requires_grad_() for t in (value, source)]]
+    for (v, s), i, g in zip(leaves, (index, index.to(D)), (grad, grad.to(D))):
+        with turbine.fallback("error"):
+            s.index_fill(1, i, v).backward(g)
+    for torchs, ours in zip(*leaves):
+        torch.testing.assert_close(ours.grad.cpu(), torchs.grad)
+    assert stats()["fallbacks"] == {}
+    _on_iree(lambda t: torch.ops.aten._unique.default(t, True, True)[1], torch.tensor([3, 1, 3, 2, 1]))

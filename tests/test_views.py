@@ -99,6 +99,19 @@ def test_in_place_type_rules_follow_torch():
     torch.testing.assert_close(fd.cpu(), f + 1)
 
 
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_an_in_place_op_whose_twin_orders_its_arguments_otherwise_runs_on_iree(n, stats):
+    """``x.polygamma_(n)`` is ``polygamma(n, x)`` written into ``x``: the twin's arguments come in
+    another order, so no twin was found and every call fell back."""
+    x = torch.rand(6) + 0.5
+    on_device = x.to(D)
+    with turbine.fallback("error"):
+        result = on_device.polygamma_(n)
+    assert result is on_device
+    torch.testing.assert_close(on_device.cpu(), x.polygamma_(n), rtol=1e-5, atol=1e-5)
+    assert stats()["fallbacks"] == {}
+
+
 def test_kernels_never_change_their_inputs():
     """IREE may hand an input buffer back as a result (iree-org/iree#16168); inputs must stay intact."""
     x = torch.randn(5, 4)

@@ -16,7 +16,7 @@ from turbine.counters import counters
 from turbine.device import Device
 from turbine.eager import fallback, host, runtime
 from turbine.eager.executors import Executor
-from turbine.eager.schema import OpSchema, functional_variant, functionalized_variant
+from turbine.eager.schema import OpSchema, as_call, bound_arguments, functional_variant, functionalized_variant
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DeviceTensor, ReinterpretedStorage, Storage, ViewLayout, empty, torch_device
 from turbine.eager.transfer import to_device
@@ -173,6 +173,8 @@ class MutationPlan:
         if self.functional is None:
             raise UnsupportedOpError(f"{func} writes its arguments and has no out-of-place twin turbine can run")
         self.out_names = schema.out_names
+        #: The twin takes the same arguments in another order (``polygamma(n, self)``): passed by name.
+        self.reordered = [a.name for a in self.functional._schema.arguments] != [n for n in schema.names if n not in schema.out_names]
         self.written = schema.written
         self.names = schema.names
         self.returns = len(func._schema.returns)
@@ -186,6 +188,9 @@ class MutationPlan:
         for target in targets:
             _check_no_internal_overlap(target)
         call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names}
+        if self.reordered:
+            named = {k: v for k, v in bound_arguments(self.func, args, kwargs).items() if k not in out_names}
+            args, call_kwargs = as_call(self.functional, named)
         result = self.run(self.functional, args, call_kwargs)
         values = result if isinstance(result, (tuple, list)) else (result,)
         if self.appended:

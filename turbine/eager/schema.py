@@ -201,12 +201,12 @@ def functional_variant(func: torch._ops.OpOverload) -> torch._ops.OpOverload | N
         return None
     mine = _arguments(func, exclude=schema.out_names)
     candidates = [func._overloadname] + [o for o in packet.overloads() if o != func._overloadname]
-    for overload_name in candidates:
-        if overload_name not in packet.overloads():
-            continue
-        other = getattr(packet, overload_name)
-        if other is not func and not schema_of(other).written and _arguments(other) == mine:
-            return other
+    others = [getattr(packet, name) for name in candidates if name in packet.overloads()]
+    others = [other for other in others if other is not func and not schema_of(other).written]
+    for same in (lambda other: _arguments(other) == mine, lambda other: sorted(_arguments(other)) == sorted(mine)):
+        for other in others:  # the same arguments in the same order, else in another (polygamma_(self, n), polygamma(n, self))
+            if same(other):
+                return other
     return None
 
 

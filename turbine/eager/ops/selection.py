@@ -107,6 +107,13 @@ def _unique(func: Any, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.T
     return unique, run, counts
 
 
+def _unique_older(func: Any, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_unique``, ``_unique2`` without its counts (index_fill's gradient for a tensor value sums
+    the gradient over the unique indices)."""
+    unique, inverse, _ = _unique(aten._unique2.default, args, kwargs)
+    return unique, inverse
+
+
 def _unique_consecutive(func: Any, args: tuple, kwargs: dict) -> Any:
     """``unique_consecutive`` without ``dim``: the runs of equal neighbours."""
     named = bound_arguments(func, args, kwargs)
@@ -144,5 +151,6 @@ def _bincount(func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
 declare(aten.nonzero.default, "the count of nonzero entries read on the host (as torch CUDA reads it), then IREE kernels", handler=_nonzero)
 declare(aten.masked_select.default, "the mask's true entries found as nonzero finds them, then gathered", handler=_masked_select)
 declare(aten._unique2.default, "a stable sort, then the starts of its runs of equal values found as nonzero finds them", handler=_unique)
+declare(aten._unique.default, "as _unique2, without its counts", handler=_unique_older)
 declare(aten.unique_consecutive.default, "the starts of the runs of equal neighbours found as nonzero finds them", handler=_unique_consecutive)
 declare(aten.bincount.default, "its size is the largest value plus one, read on the host (as torch CUDA reads it), then an index_add", handler=_bincount)
