@@ -211,3 +211,19 @@ def test_a_lazy_modules_uninitialized_parameters_say_how_to_move_them():
     x = torch.randn(3, 5)
     expected = lazy(x)  # initialized on the CPU, as the message says; then it moves
     torch.testing.assert_close(lazy.to(D)(x.to(D)).cpu(), expected)
+
+
+def test_the_gradient_of_batch_norm_with_update_runs_on_iree_as_torchs(stats):
+    """``_batch_norm_with_update`` (what torch.export emits) has ``batch_norm_backward`` as its
+    gradient, which takes the forward's empty ``reserve``: an empty argument sent it to the
+    fallback."""
+    torch.manual_seed(0)
+    x, weight, bias, mean, var = torch.randn(3, 2, 4), torch.randn(2), torch.randn(2), torch.randn(2), torch.rand(2) + 0.5
+    leaves = [[t.clone().requires_grad_() for t in (x, weight, bias)], [t.to(D).requires_grad_() for t in (x, weight, bias)]]
+    grad = torch.randn(3, 2, 4)
+    for (xx, w, b), m, v, g in zip(leaves, (mean, mean.to(D)), (var, var.to(D)), (grad, grad.to(D))):
+        with turbine.fallback("error"):
+            torch.ops.aten._batch_norm_with_update(xx, w, b, m, v, 0.1, 1e-5)[0].backward(g)
+    for torchs, ours in zip(*leaves):
+        torch.testing.assert_close(ours.grad.cpu(), torchs.grad)
+    assert stats()["fallbacks"] == {}

@@ -12,7 +12,8 @@ here, by mode, to the overloads whose schemas say what they do:
   ``decompositions.normalization.batch_norm_eval``, with the shapes of torch's shape rule).
 
 The newer ``_batch_norm_with_update`` / ``_batch_norm_no_update`` pair (what torch.export emits)
-takes the same routes; their ``reserve`` result is an empty tensor, made without a kernel.
+takes the same routes; their ``reserve`` result is an empty tensor, made without a kernel, and their
+gradient (``batch_norm_backward``) is ``native_batch_norm_backward``.
 """
 
 from __future__ import annotations
@@ -73,6 +74,14 @@ def batch_norm_no_update(func: Any, args: tuple, kwargs: dict) -> tuple:
     return (*results, _reserve(input))
 
 
+def batch_norm_backward(func: Any, args: tuple, kwargs: dict) -> tuple:
+    """``batch_norm_backward``, the ``_batch_norm_*_update`` ops' gradient: ``native_batch_norm_backward``
+    without the empty ``reserve`` (which no CPU or IREE kernel reads; an empty argument sent the
+    whole call to the fallback)."""
+    grad, input, weight, running_mean, running_var, save_mean, save_var, update, eps, mask, _ = _arguments(func, args, kwargs)
+    return aten.native_batch_norm_backward.default(grad, input, weight, running_mean, running_var, save_mean, save_var, update, eps, mask)
+
+
 def _arguments(func: Any, args: tuple, kwargs: dict) -> list:
     """The op's arguments by position, keyword arguments put in their places."""
     names = [a.name for a in func._schema.arguments]
@@ -110,4 +119,9 @@ declare(
     aten._batch_norm_no_update.default,
     "evaluation with running statistics, or training without: the _native_batch_norm_legit overloads",
     handler=batch_norm_no_update,
+)
+declare(
+    aten.batch_norm_backward.default,
+    "native_batch_norm_backward without the empty reserve, which made the call read an empty tensor (the fallback)",
+    handler=batch_norm_backward,
 )
