@@ -84,8 +84,10 @@ def sort_stable(input: torch.Tensor, *, stable: bool | None = None, dim: int = -
 
 
 def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
-    """``topk`` by the order key, so a NaN counts as the largest value, as in torch."""
-    keys, indices = torch.ops.aten.topk.default(order_key(input), k, dim, largest, sorted)
+    """``topk`` by the order key, so a NaN counts as the largest value, as in torch. Always in
+    order: IREE 3.13 compiles no ``sorted=False`` topk, and the top k in order are a valid answer
+    to it (torch's own order there is its kernel's; DeepSeek's and other MoE routers ask for it)."""
+    keys, indices = torch.ops.aten.topk.default(order_key(input), k, dim, largest, True)
     return _values(input, keys, indices, dim), indices
 
 
