@@ -79,6 +79,20 @@ def test_factories_write_out_tensors_as_torch_does(name, dtype, stats):
     assert stats()["fallbacks"] == {}
 
 
+@pytest.mark.parametrize("name", ["arange", "linspace", "logspace"])
+def test_a_range_keeps_its_out_tensors_shape_where_the_count_matches(name):
+    """torch's range factories resize ``out=`` only where the number of elements differs: the
+    values fill a (2, 3) tensor, or a transposed view, in its own order."""
+    make = OUT_FACTORIES[name]
+    for expected_base, base in ((torch.zeros(3, 2), torch.zeros(3, 2).to(D)), (torch.zeros(2, 3), torch.zeros(2, 3).to(D))):
+        out, expected_out = (base, expected_base) if base.shape == (3, 2) else (base.t(), expected_base.t())
+        with turbine.fallback("error"):
+            make(out)
+        make(expected_out)
+        assert out.shape == expected_out.shape
+        torch.testing.assert_close(base.cpu(), expected_base)
+
+
 def test_like_and_new_factories():
     x = torch.randn(3, 2)
     xd = x.to(D)

@@ -214,6 +214,24 @@ def test_a_view_resized_as_an_out_tensor_writes_into_its_base_as_in_torch(op, po
     torch.testing.assert_close(base.cpu(), expected_base)
 
 
+def test_a_view_grown_past_its_storage_still_writes_into_its_base_as_in_torch():
+    """torch grows a storage in place, so a view resized beyond it (as an ``out=`` argument, or by
+    ``resize_``) still shares it with its base; turbine gave the view a storage of its own."""
+    for device in ("cpu", D):
+        base = torch.zeros(4, device=device)
+        with pytest.warns(UserWarning, match="was resized"):
+            torch.add(torch.ones(3, device=device), 1, out=base[2:])
+        grown = torch.zeros(6, device=device)
+        view = grown[4:]
+        view.resize_(4)
+        view.fill_(7.0)
+        if device == "cpu":
+            expected = (base, grown, view)
+        else:
+            for ours, torchs in zip((base, grown, view), expected):
+                torch.testing.assert_close(ours.cpu(), torchs)
+
+
 def test_resize_keeps_the_elements_that_fit():
     x = torch.arange(6.0)
     xd = x.to(D)

@@ -8,8 +8,8 @@ the device memory, which is that same body on torch tensors). turbine runs the b
 the DeviceTensors instead, so each op in it is planned like any other.
 
 Only ops that write none of their arguments: should the body fail on turbine tensors (a call
-into a C++ extension, a raw pointer), the op goes the planned way from then on, its fallback
-included, and running it again there must not apply a write twice. A body registered for one
+into a C++ extension, a raw pointer), the call runs again the planned way, its fallback included,
+where it must not apply a write twice (a body that draws random numbers draws them again there). A body registered for one
 device type only (``device_types="cuda"``) is not run: that op keeps the planned way.
 """
 
@@ -20,8 +20,10 @@ from typing import Any, Callable
 
 import torch
 from torch._library.custom_ops import _maybe_get_opdef
+from torch.utils._pytree import tree_flatten
 
 from turbine.eager.schema import schema_of
+from turbine.eager.tensor import DeviceTensor
 
 log = logging.getLogger("turbine")
 
@@ -40,16 +42,49 @@ def body(func: torch._ops.OpOverload) -> Callable | None:
     return getattr(opdef, "_backend_fns", {}).get(None)  # torch keeps the device-type-free body under None
 
 
-def runner(func_body: Callable, planned: Callable, routes: dict) -> Callable:
-    """The route of an op with a body: the body on the call's own tensors, or, if that raises,
-    the planned way (``planned``), which that op keeps from then on (in ``routes``)."""
+def runner(func_body: Callable, planned: Callable) -> Callable:
+    """The route of an op with a body: the body on the call's own tensors. Should it raise, the
+    call runs the planned way (``planned``: its fallback runs the body on torch's tensors over
+    the device memory), and if that raises at once too, the body's error is raised (its words
+    are torch's, the body being the same code). Each call tries the body first: whether a body
+    runs on turbine tensors can depend on the call, and a planned call's kernel may compile in
+    the background, so its failure is not known when it returns."""
 
     def run(func: Any, args: tuple, kwargs: dict) -> Any:
         try:
-            return func_body(*args, **kwargs)
-        except Exception as error:  # noqa: BLE001  (torch's error, if real, comes again from the planned way)
-            log.info("turbine: %s's Python body did not run on turbine tensors (%s: %s); it goes the planned way", func, type(error).__name__, error)
-            routes[func] = planned
-            return planned(func, args, kwargs)
+            result = func_body(*args, **kwargs)
+        except Exception as error:
+            log.debug("turbine: %s's Python body did not run on turbine tensors (%s: %s); the planned way runs it", func, type(error).__name__, error)
+            try:
+                return planned(func, args, kwargs)
+            except Exception:
+                raise error from None
+        _check_no_alias(func, args, kwargs, result)
+        return result
 
+    run.custom_body = True  # for dispatch.route_name
     return run
+
+
+def _check_no_alias(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
+    """torch's rule for a custom op's results: none is an input or a view of one (torch checks it
+    as it runs the body on its own devices; a result that aliased its input would let a write to
+    it change the input)."""
+    inputs = {_memory(t) for t in _tensors((args, kwargs))}
+    if any(_memory(t) in inputs for t in _tensors(result)):
+        raise RuntimeError(
+            f"{func}: The output of this custom operator (1) must not also be an input to this custom operator and "
+            "(2) may not alias any inputs to this custom operator or other returns. Please instead return a clone of "
+            "the offending output tensor(s) (e.g. return x.clone()) or refactor the custom operator to not return y."
+        )
+
+
+def _tensors(value: Any) -> list[DeviceTensor]:
+    """The turbine tensors in ``value`` (nested tuples, lists, dicts)."""
+    return [t for t in tree_flatten(value)[0] if isinstance(t, DeviceTensor)]
+
+
+def _memory(tensor: DeviceTensor) -> int:
+    """Which memory a tensor views: its storage's (a complex storage's real view: its base's)."""
+    storage = tensor._storage
+    return id(getattr(storage, "base", storage))

@@ -66,7 +66,7 @@ def _route(func: Any) -> Callable:
         return _decompose
     own = custom_ops.body(func)
     if own is not None:
-        return custom_ops.runner(own, plan_and_run, runtime.state.routes)
+        return custom_ops.runner(own, plan_and_run)
     return plan_and_run
 
 
@@ -79,7 +79,7 @@ def route_name(func: Any) -> str:
         return "composite: torch's own decomposition into the ops it is defined with (CompositeImplicitAutograd)"
     if route is plan_and_run:
         return "planned: meta call, then a kernel, view, mutation or empty plan by what the op does"
-    if registry.handler(func) is None:
+    if getattr(route, "custom_body", False):
         return "custom: its own Python body (torch.library.custom_op) on turbine tensors, else planned"
     return "handler: the registry's handler runs first (it may go on the planned way)"
 

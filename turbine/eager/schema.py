@@ -203,11 +203,12 @@ def functional_variant(func: torch._ops.OpOverload) -> torch._ops.OpOverload | N
     candidates = [func._overloadname] + [o for o in packet.overloads() if o != func._overloadname]
     others = [getattr(packet, name) for name in candidates if name in packet.overloads()]
     others = [other for other in others if other is not func and not schema_of(other).written]
-    for same in (lambda other: _arguments(other) == mine, lambda other: sorted(_arguments(other)) == sorted(mine)):
-        for other in others:  # the same arguments in the same order, else in another (polygamma_(self, n), polygamma(n, self))
-            if same(other):
-                return other
-    return None
+    in_order = [other for other in others if _arguments(other) == mine]
+    if in_order:
+        return in_order[0]
+    # The same arguments in another order: polygamma_(self, n) writes polygamma(n, self).
+    reordered = [other for other in others if sorted(_arguments(other)) == sorted(mine)]
+    return reordered[0] if reordered else None
 
 
 @functools.lru_cache(maxsize=None)

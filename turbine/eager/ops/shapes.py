@@ -12,7 +12,7 @@ from turbine.eager.meta import meta_call
 from turbine.eager.registry import declare
 from turbine.eager.schema import functional_variant, schema_of
 from turbine.eager.signature import walk
-from turbine.eager.tensor import DeviceTensor, empty
+from turbine.eager.tensor import DeviceTensor, Storage, empty
 from turbine.eager.transfer import to_device
 from turbine.eager.views import to_host, write
 
@@ -28,20 +28,31 @@ def _restride(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _resize(func: Any, args: tuple, kwargs: dict) -> Any:
-    """``resize_``: contiguous over the same storage when it fits, else over a larger storage that
-    starts with the old one's elements (torch keeps them too)."""
+    """``resize_``: contiguous over the same storage from the same offset, the storage grown in
+    place when too small (its old elements kept), as torch grows it: the base and every other
+    view of the storage see what is written into the resized tensor."""
     target, sizes = args[0], tuple(args[1])
     numel = math.prod(sizes)
     storage = target._storage
     offset = target.storage_offset()
     if offset + numel > storage.numel:
-        grown = empty((offset + numel,), target.dtype, storage.device)
-        if storage.numel:
-            old = to_host(DeviceTensor(storage, (storage.numel,)))
-            write(grown[: storage.numel], to_device(old, storage.device))
-        storage = grown._storage
+        storage = _grown(storage, offset + numel)
     target._become(DeviceTensor(storage, sizes, None, offset))
     return target
+
+
+def _grown(storage: Storage, numel: int) -> Storage:
+    """``storage`` holding ``numel`` elements, its old ones first: the same Storage object with a
+    larger buffer, so every tensor over it keeps seeing it. (A complex storage's view as its real
+    parts, whose base counts elements of another size, gets a storage of its own.)"""
+    grown = empty((numel,), storage.dtype, storage.device)
+    if storage.numel:
+        old = to_host(DeviceTensor(storage, (storage.numel,)))
+        write(grown[: storage.numel], to_device(old, storage.device))
+    if type(storage) is not Storage:
+        return grown._storage
+    storage.buffer, storage.numel = grown._storage.buffer, numel
+    return storage
 
 
 def _empty(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -65,18 +76,24 @@ def _lazy_view_as_copy(func: Any, args: tuple, kwargs: dict) -> Any:
 
 def _factory_out(func: Any, args: tuple, kwargs: dict) -> Any:
     """A factory's ``out=`` form (``torch.arange(5, out=t)``): the factory's values, written into
-    ``t``, resized first (silently, as torch's factories resize theirs). torch's C++ code reaches a
+    ``t``, resized first (silently, as torch's factories resize theirs; a range only where the
+    number of elements differs). torch's C++ code reaches a
     device through these: ``at::linspace`` is an empty tensor and ``linspace_out`` (affine_grid's
     gradient), ``at::eye`` an empty tensor and ``eye_out``, and ``one_hot`` calls ``arange_out``."""
     named = dict(kwargs)
     out = named.pop("out")
     factory = getattr(torch, func.overloadpacket.__name__)
     values = factories.create(factory, args, named | {"dtype": out.dtype}, out._storage.device)
-    if values.shape != out.shape:
+    if func.overloadpacket in _RANGES and values.numel() == out.numel():
+        values = values.reshape(out.shape)  # the range's values in the out tensor's own order
+    elif values.shape != out.shape:
         out.resize_(values.shape)
     out.copy_(values)
     return out
 
+
+#: Factories whose ``out=`` form keeps the out tensor's shape where it holds as many elements.
+_RANGES = (aten.arange, aten.linspace, aten.logspace)
 
 #: The factories' ``out=`` forms: their out-of-place forms take a device and a dtype besides, so
 #: the generic way finds no twin for them (eager/plans.py's MutationPlan).
