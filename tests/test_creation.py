@@ -93,6 +93,17 @@ def test_a_range_keeps_its_out_tensors_shape_where_the_count_matches(name):
         torch.testing.assert_close(base.cpu(), expected_base)
 
 
+@pytest.mark.parametrize("name", ["arange", "linspace", "logspace"])
+def test_ranges_refuse_booleans_as_torch_does(name):
+    """torch has no boolean range kernel; turbine's gave values."""
+    factory, arguments = getattr(torch, name), (6,) if name == "arange" else (0, 1, 6)
+    for device in ("cpu", D):
+        with pytest.raises(NotImplementedError, match="not implemented for 'Bool'"):
+            factory(*arguments, dtype=torch.bool, device=device)
+        with pytest.raises(NotImplementedError, match="not implemented for 'Bool'"):
+            factory(*arguments, out=torch.empty(6, dtype=torch.bool, device=device))
+
+
 def test_like_and_new_factories():
     x = torch.randn(3, 2)
     xd = x.to(D)

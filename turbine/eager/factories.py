@@ -61,6 +61,8 @@ def create(func: Callable, args: tuple, kwargs: dict, device: Device) -> torch.T
         kwargs.pop("memory_format", None)
         func, args = LIKE[name], (tuple(like.shape),) + tuple(args[1:])
         name = func.__name__
+    if name in _NO_BOOL and kwargs.get("dtype") is torch.bool:  # turbine's kernel would give values
+        raise NotImplementedError(f"\"{name}_{device.kind}\" not implemented for 'Bool'")
     if isinstance(args[0] if args else None, DeviceTensor):
         result = func(*args, device=torch.device("turbine", device.index), **kwargs)
     elif name in RANDOM or name in FROM_DATA:
@@ -74,6 +76,9 @@ def create(func: Callable, args: tuple, kwargs: dict, device: Device) -> torch.T
         result.requires_grad_(True)
     return result
 
+
+#: Range factories torch has no boolean kernel for (logspace's refusal comes from its trace).
+_NO_BOOL = ("arange", "linspace")
 
 #: Factories whose fill value is a runtime input, by name: where it sits (position, keyword).
 _RUNTIME_FILL = {"full": (1, "fill_value"), "scalar_tensor": (0, "s")}
