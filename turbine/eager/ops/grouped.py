@@ -28,7 +28,7 @@ Autograd's formula for grouped_mm is grouped_mm in the other layouts, which come
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -133,9 +133,20 @@ def _check_ends(ends: list[int], operand: str, dim: int, length: int) -> None:
     so clamps, and checks nothing; its CUDA kernel asserts or reads outside)."""
     for position, end in enumerate(ends):
         if not 0 <= end <= length:
-            raise RuntimeError(f"grouped_mm: offs[{position}] is {end}, outside [0, {length}]: each group ends inside {operand}'s dim {dim} (of length {length})")
+            raise _outside(operand, dim, length)(end, position)
         if position and end < ends[position - 1]:
-            raise RuntimeError(f"grouped_mm: offs must not decrease, but offs[{position}] is {end} below offs[{position - 1}]")
+            raise _decreasing(ends[position - 1] - end, position - 1)
+
+
+def _outside(operand: str, dim: int, length: int) -> Callable[[int, int], RuntimeError]:
+    """The error for an offset outside the jagged dim: (offset, its position) -> error."""
+    where = f"each group ends inside {operand}'s dim {dim} (of length {length})"
+    return lambda value, position: RuntimeError(f"grouped_mm: offs[{position}] is {value}, outside [0, {length}]: {where}")
+
+
+def _decreasing(drop: int, position: int) -> RuntimeError:
+    """The error for ``offs[position + 1]`` lying ``drop`` below ``offs[position]``."""
+    return RuntimeError(f"grouped_mm: offs must not decrease, but offs[{position + 1}] is {drop} below offs[{position}]")
 
 
 def _joined(parts: list, dim: int, shape: tuple[int, int], like: DeviceTensor) -> DeviceTensor:
@@ -159,13 +170,10 @@ def _checked_on_the_device(func: Any, named: dict) -> Continue:
     if not isinstance(offs, DeviceTensor) or offs.numel() == 0:
         return Continue(*as_call(func, named))
     operand, dim, length = _jagged(first, second)
-    where = f"each group ends inside {operand}'s dim {dim} (of length {length})"
-    error = lambda value, position: RuntimeError(f"grouped_mm: offs[{position}] is {value}, outside [0, {length}]: {where}")  # noqa: E731
-    checked(offs, 0, length + 1, error)
+    checked(offs, 0, length + 1, _outside(operand, dim, length))
     if offs.numel() > 1:
         steps = offs[1:].to(torch.int64) - offs[:-1].to(torch.int64)
-        order = lambda value, position: RuntimeError(f"grouped_mm: offs must not decrease, but offs[{position + 1}] is {value} below offs[{position}]")  # noqa: E731
-        checked(steps, 0, 2**62, lambda value, position: order(-value, position))
+        checked(steps, 0, 2**62, lambda step, position: _decreasing(-step, position))
     safe = torch.cummax(offs.clamp(0, length), 0).values
     align = _group_alignment(first, second, named.get("out_dtype"))
     if align > 1 and offs.numel() > 1:

@@ -13,8 +13,7 @@ from turbine.eager.registry import declare
 from turbine.eager.schema import functional_variant, schema_of
 from turbine.eager.signature import walk
 from turbine.eager.tensor import DeviceTensor, Storage, empty
-from turbine.eager.transfer import to_device
-from turbine.eager.views import to_host, write
+from turbine.eager.views import write
 
 aten = torch.ops.aten
 
@@ -47,8 +46,7 @@ def _grown(storage: Storage, numel: int) -> Storage:
     parts, whose base counts elements of another size, gets a storage of its own.)"""
     grown = empty((numel,), storage.dtype, storage.device)
     if storage.numel:
-        old = to_host(DeviceTensor(storage, (storage.numel,)))
-        write(grown[: storage.numel], to_device(old, storage.device))
+        write(grown[: storage.numel], DeviceTensor(storage, (storage.numel,)))
     if type(storage) is not Storage:
         return grown._storage
     storage.buffer, storage.numel = grown._storage.buffer, numel
@@ -77,9 +75,9 @@ def _lazy_view_as_copy(func: Any, args: tuple, kwargs: dict) -> Any:
 def _factory_out(func: Any, args: tuple, kwargs: dict) -> Any:
     """A factory's ``out=`` form (``torch.arange(5, out=t)``): the factory's values, written into
     ``t``, resized first (silently, as torch's factories resize theirs; a range only where the
-    number of elements differs). torch's C++ code reaches a
-    device through these: ``at::linspace`` is an empty tensor and ``linspace_out`` (affine_grid's
-    gradient), ``at::eye`` an empty tensor and ``eye_out``, and ``one_hot`` calls ``arange_out``."""
+    number of elements differs). torch's C++ code reaches a device through these: ``at::linspace``
+    is an empty tensor and ``linspace_out`` (affine_grid's gradient), ``at::eye`` an empty tensor
+    and ``eye_out``, and ``one_hot`` calls ``arange_out``."""
     named = dict(kwargs)
     out = named.pop("out")
     factory = getattr(torch, func.overloadpacket.__name__)
