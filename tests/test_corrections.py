@@ -375,6 +375,20 @@ def test_rrelu_in_training_draws_torchs_slopes():
     check(lambda t: torch.nn.functional.rrelu(t, 0.1, 0.3, training=False), x)
 
 
+def test_rrelu_in_place_in_evaluation_is_a_kernel_that_writes_its_input():
+    """``rrelu_with_noise_`` writes two arguments (its input, and the noise in training), which
+    no plan of turbine's takes: in evaluation it fell back."""
+    x = torch.randn(40)
+
+    def in_place(t):
+        view = t.clone()[::2]
+        result = torch.nn.functional.rrelu(view, 0.1, 0.3, training=False, inplace=True)
+        assert result is view
+        return view, torch.nn.functional.rrelu(t.clone(), inplace=True)
+
+    check(in_place, x)
+
+
 def test_hardtanh_of_integers_with_runtime_bounds_is_a_kernel():
     """torch's reference hardtanh branches on integer bounds, which are runtime numbers here."""
     check(lambda t: torch.nn.functional.hardtanh(t, -2, 3), torch.arange(-6, 6))

@@ -640,3 +640,42 @@ def test_fractional_max_pooling_and_its_gradient(dims, shape, kernel, size):
     check_on_iree(lambda t, r: pool(t, kernel, size, r), x, samples)
     out, indices = pool(x, kernel, size, samples)
     check_on_iree(lambda g, t, i: backward(g, t, kernel, size, i), torch.randn(out.shape), x, indices)
+
+
+INTEGERS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
+
+
+@pytest.mark.parametrize("dtype", INTEGERS, ids=str)
+def test_gcd_and_lcm_run_euclid_on_iree_as_torch_does(dtype):
+    """torch-mlir lowers no gcd or lcm (eager/decompositions/integers.py): Euclid's steps, as
+    many as the dtype can need (consecutive Fibonacci numbers need the most), signs and the
+    dtype's most negative value as torch's kernel treats them."""
+    info = torch.iinfo(dtype)
+    x, y = torch.randint(info.min, info.max, (2, 300), dtype=dtype)
+    fibonacci = [1, 2]
+    while fibonacci[-1] + fibonacci[-2] <= info.max:
+        fibonacci.append(fibonacci[-1] + fibonacci[-2])
+    x[: len(fibonacci) - 1] = torch.tensor(fibonacci[:-1], dtype=dtype)
+    y[: len(fibonacci) - 1] = torch.tensor(fibonacci[1:], dtype=dtype)
+    edges = torch.tensor(sorted({info.min, info.min + 1, -1, 0, 1, 6, info.max}), dtype=dtype)
+    ex, ey = torch.meshgrid(edges, edges, indexing="ij")
+    x, y = torch.cat([x, ex.flatten()]), torch.cat([y, ey.flatten()])
+    check(torch.gcd, x, y)
+    check(lambda a, b: a.clone().gcd_(b), x, y)
+    small = (x % 1000, y % 1000) if dtype in (torch.int64, torch.int32) else (x, y)
+    defined = torch.gcd(*small) != -1  # torch's CPU kernel divides the most negative value by -1 there (a trap)
+    check(torch.lcm, small[0][defined], small[1][defined])
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=str)
+def test_integer_matrix_products_that_scale_and_add_run_on_iree(dtype):
+    """torch-mlir's integer addmm and addbmm did not legalize their factors, so integer
+    ``linear`` with a bias fell back; they are mm and bmm, scaled and added."""
+    a, b, c = (torch.randint(-9, 9, shape, dtype=dtype) for shape in ((3, 4), (4, 2), (3, 2)))
+    b1, b2 = torch.randint(-9, 9, (2, 3, 4), dtype=dtype), torch.randint(-9, 9, (2, 4, 2), dtype=dtype)
+    for factors in ({}, {"beta": 0}, {"beta": 2, "alpha": 3}, {"alpha": 0}):
+        check(lambda c, a, b: torch.addmm(c, a, b, **factors), c, a, b)
+        check(lambda c, a, b: torch.addmm(c, a, b, **factors), c[0], a, b)
+        check(lambda c, a, b: torch.addbmm(c, a, b, **factors), c, b1, b2)
+    check(lambda c, a, b: c.clone().addmm_(a, b, beta=-1), c, a, b)
+    check(torch.nn.functional.linear, a, b.mT, c[0])

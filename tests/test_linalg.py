@@ -75,6 +75,21 @@ def test_cholesky_family(batch):
     check(lambda a: torch.linalg.cholesky_ex(a).info, batch)  # not positive-definite: info > 0
 
 
+@pytest.mark.filterwarnings("ignore:torch.cholesky is deprecated")
+def test_the_deprecated_cholesky_runs_on_iree_with_torchs_errors(batch):
+    """``torch.cholesky`` (still in older code) is its own aten op: it fell back, every call."""
+    spd = batch @ batch.mT + torch.eye(5)
+    check(torch.cholesky, spd)
+    check(lambda a: torch.cholesky(a, upper=True), spd[0])
+    check(lambda a: torch.autograd.grad(torch.cholesky(a).sum(), a)[0], spd.clone().requires_grad_())
+    for bad in (-torch.eye(3), -torch.eye(3).expand(2, 3, 3), torch.ones(2, 3), torch.ones(3)):
+        with pytest.raises(RuntimeError) as expected:
+            torch.cholesky(bad)
+        with pytest.raises(RuntimeError) as actual:
+            torch.cholesky(bad.to(D))
+        assert type(actual.value) is type(expected.value) and str(actual.value) == str(expected.value)
+
+
 def test_singular_inputs_raise_torchs_errors():
     singular = torch.ones(4, 4)
     with pytest.raises(RuntimeError, match="singular") as expected:

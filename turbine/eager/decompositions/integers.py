@@ -1,15 +1,20 @@
-"""Integer arithmetic that IREE 3.13 computed through floats: negation and floor division.
+"""Integer arithmetic that IREE 3.13 computed through floats or could not compile: negation,
+floor division, gcd and lcm, and the matrix products that scale and add (addmm, addbmm).
 
 IREE 3.13 negated int32 and int64 tensors through float32 (-(2**30 + 1) gave -2**30, and
 order_key's negation put close negative floats out of order), and floor-divided int64 through
 float64 (wrong above 2**53 and for about one pair in four of large numbers of mixed signs); its
 floor division of int8 and int16 did not compile. Subtraction and truncating division are exact,
-so these are written with them.
+so these are written with them. torch-mlir lowers no gcd or lcm, and its integer addmm and addbmm
+failed to legalize their scalar factors, while integer mm, bmm, multiplication and remainder
+compile exactly.
 """
 
 from __future__ import annotations
 
 import torch
+
+from turbine.eager.decompositions._common import registers
 
 aten = torch.ops.aten
 
@@ -57,3 +62,83 @@ def div_mode(x: torch.Tensor, other: torch.Tensor, *, rounding_mode: str | None 
     if rounding_mode != "floor" or _exact(torch.result_type(x, other)):
         return aten.div.Tensor_mode(x, other, rounding_mode=rounding_mode)
     return floor_quotient(x, other)
+
+
+def _euclid_steps(dtype: torch.dtype) -> int:
+    """How many of Euclid's steps the largest magnitudes of ``dtype`` can need: by Lame's theorem a
+    gcd that takes n steps has operands of at least the Fibonacci numbers F(n + 1) and F(n + 2),
+    plus one step that swaps operands given smaller first."""
+    largest = 2 ** (torch.iinfo(dtype).bits - (0 if dtype == torch.uint8 else 1))
+    steps, fibonacci = 0, (1, 2)  # F(2), F(3)
+    while fibonacci[0] <= largest:
+        steps, fibonacci = steps + 1, (fibonacci[1], fibonacci[0] + fibonacci[1])
+    return steps + 1
+
+
+def _safe_divisor(divisor: torch.Tensor) -> torch.Tensor:
+    """``divisor`` with 1 for 0 and -1, whose divisions trap on the CPU (by zero, and the most
+    negative value by -1); the caller takes those results from elsewhere (x % -1 is x % 1)."""
+    return torch.where((divisor == 0) | (divisor == -1), 1, divisor)
+
+
+def _wrapped_abs(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """|x| as torch's kernel takes it in ``dtype``: the most negative value stays itself."""
+    return aten.abs.default(x).to(dtype).to(x.dtype)
+
+
+@registers(aten.gcd.default)
+def gcd(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """Euclid's algorithm unrolled over the steps the dtype's magnitudes can need, as torch's
+    kernel runs it (on magnitudes, with C's truncating remainder, so that gcd(-2**63, 0) is
+    -2**63 as in torch). Narrow integers work in int32, which IREE compiles exactly."""
+    dtype = torch.result_type(x, other)
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        raise NotImplementedError(f"gcd is not implemented for {dtype}")
+    work = torch.int32 if dtype in (*_NARROW, torch.uint8) else dtype
+    a, b = _wrapped_abs(x.to(work), dtype), _wrapped_abs(other.to(work), dtype)
+    for _ in range(_euclid_steps(dtype)):
+        going = a != 0
+        a, b = torch.where(going, aten.fmod.Tensor(b, _safe_divisor(a)), a), torch.where(going, a, b)
+    return b.to(dtype)
+
+
+@registers(aten.lcm.default)
+def lcm(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """|x / gcd * other| (0 where the gcd is 0), wrapping in the dtype as torch's kernel does;
+    narrow integers compute in int32 and wrap on the way back, as C's promotion does there."""
+    dtype = torch.result_type(x, other)
+    divisor = gcd(x, other)
+    work = torch.int32 if dtype in (*_NARROW, torch.uint8) else dtype
+    x, other, divisor = x.to(work), other.to(work), divisor.to(work)
+    quotient = aten.div.Tensor_mode(x, _safe_divisor(divisor), rounding_mode="trunc")
+    quotient = torch.where(divisor == -1, 0 - x, quotient)
+    return torch.where(divisor == 0, 0, aten.abs.default(quotient * other)).to(dtype)
+
+
+def _integer(dtype: torch.dtype) -> bool:
+    return not (dtype.is_floating_point or dtype.is_complex)
+
+
+@registers(aten.addmm.default)
+def addmm(input: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta: float = 1, alpha: float = 1) -> torch.Tensor:
+    """beta * input + alpha * (mat1 @ mat2) from mm, for integers (torch-mlir's integer addmm did
+    not legalize its factors); ``input`` is left out where beta is 0, as torch leaves it."""
+    return _scaled_sum(input, aten.mm.default(mat1, mat2), beta, alpha)
+
+
+@registers(aten.addbmm.default)
+def addbmm(input: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, beta: float = 1, alpha: float = 1) -> torch.Tensor:
+    """beta * input + alpha * (the sum of batch1[i] @ batch2[i]) from bmm, for integers."""
+    return _scaled_sum(input, aten.bmm.default(batch1, batch2).sum(0, dtype=batch1.dtype), beta, alpha)
+
+
+def _scaled_sum(input: torch.Tensor, product: torch.Tensor, beta: float, alpha: float) -> torch.Tensor:
+    """beta * input + alpha * product, broadcast to the product's shape (integers take int
+    factors, as torch's kernels do)."""
+    if _integer(product.dtype):
+        beta, alpha = int(beta), int(alpha)
+    if alpha != 1:
+        product = product * alpha
+    if beta == 0:
+        return product
+    return product + (input if beta == 1 else input * beta)

@@ -7,7 +7,9 @@ from typing import Any
 import torch
 
 from turbine.eager import fallback
+from turbine.eager.meta import meta_call
 from turbine.eager.registry import Continue, declare
+from turbine.eager.schema import bound_arguments, schema_of
 from turbine.eager.views import to_host
 from turbine.errors import UnsupportedOpError
 
@@ -31,6 +33,25 @@ def _check_errors(func: Any, args: tuple, kwargs: dict) -> None:
     func(to_host(info), *rest, **kwargs)
 
 
+def _cholesky(func: Any, args: tuple, kwargs: dict) -> Any:
+    """The deprecated ``torch.cholesky`` as torch builds it: linalg's factorization (a kernel),
+    then its error check in the words of ``cholesky``; the shape checks are its meta kernel's.
+    Integer matrices go on to the generic way, whose fallback raises torch's error for them."""
+    named = bound_arguments(func, args, kwargs)
+    a, upper = named["self"], named.get("upper", False)
+    meta_call(func, schema_of(func), args, kwargs)
+    if not (a.dtype.is_floating_point or a.dtype.is_complex):
+        return Continue(args, kwargs)
+    factor, info = aten.linalg_cholesky_ex.default(a, upper=upper)
+    aten._linalg_check_errors.default(info, "cholesky", is_matrix=a.dim() == 2)
+    return factor
+
+
+declare(
+    aten.cholesky.default,
+    "linalg's factorization, then the host reads its info for torch's error in cholesky's words",
+    handler=_cholesky,
+)
 declare(
     aten._linalg_check_errors.default,
     "the host reads a factorization's info, as torch's CUDA backend does, for torch's own error message",

@@ -9,6 +9,7 @@ import torch
 from turbine.counters import counters
 from turbine.eager import host
 from turbine.eager.registry import Continue, declare
+from turbine.eager.schema import bound_arguments
 from turbine.eager.transfer import to_device
 
 aten = torch.ops.aten
@@ -43,11 +44,15 @@ def _native_dropout(func: Any, args: tuple, kwargs: dict) -> Any:
 def _rrelu_with_noise(func: Any, args: tuple, kwargs: dict) -> Any:
     """Training-mode rrelu draws a slope per non-positive element from torch's CPU generator
     (writing it into ``noise``): on the host, so a seed gives torch's CPU numbers. Evaluation
-    is deterministic and runs as a kernel."""
-    training = args[4] if len(args) > 4 else kwargs.get("training", False)
-    if not training:
-        return Continue(args, kwargs)
-    return _random(func, args, kwargs)
+    is deterministic and runs as a kernel: a leaky relu with the mean slope, as torch computes it
+    (in place for ``rrelu_with_noise_``, which writes two arguments, a kind of op turbine plans
+    no other way)."""
+    named = bound_arguments(func, args, kwargs)
+    if named.get("training", False):
+        return _random(func, args, kwargs)
+    if func is aten.rrelu_with_noise_.default:
+        return aten.leaky_relu_.default(named["self"], (named.get("lower", 1 / 8) + named.get("upper", 1 / 3)) / 2)
+    return Continue(args, kwargs)
 
 
 RANDOM = [
