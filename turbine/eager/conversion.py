@@ -20,6 +20,7 @@ it into the parameter, so parameters never carry it.
 
 from __future__ import annotations
 
+import sys
 import warnings
 import weakref
 
@@ -35,6 +36,8 @@ def mark_for_swap(source: torch.Tensor, moved: torch.Tensor) -> None:
     ``swap_tensors`` refuses a tensor that anything else references (its use count above one: an
     autograd graph that saved it, a view of it) or that has weak references.
     """
+    if not _moved_by_module_apply():
+        return
     if source._use_count() == 1 and not weakref.getweakrefs(source):
         moved.__dict__["__tensor_flatten__"] = _no_inner_tensors
     elif isinstance(source, torch.nn.Parameter) and not _warned:
@@ -50,6 +53,23 @@ def mark_for_swap(source: torch.Tensor, moved: torch.Tensor) -> None:
 
 
 _warned: list[bool] = []  # the warning above, once per process
+
+_APPLY = torch.nn.Module._apply.__code__
+
+
+def _moved_by_module_apply() -> bool:
+    """Whether ``Module._apply`` (``module.to``) asked for this move: only its swaps need the
+    mark, and any other tensor keeping it would look traceable to torch.compile, which then
+    failed inside dynamo where it breaks its graph for a turbine tensor (eager/dynamo_rules.py).
+    Its frame is a few above: ``_apply``, its ``fn``, ``Tensor.to`` in turbine's function mode."""
+    frame = sys._getframe(1)
+    for _ in range(8):
+        if frame is None:
+            return False
+        if frame.f_code is _APPLY:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _no_inner_tensors() -> tuple[list[str], None]:

@@ -18,7 +18,7 @@ import torch
 
 from turbine.config import on_change
 from turbine.eager import ops  # noqa: F401  (its declarations fill the op registry)
-from turbine.eager import backward_errors, custom_ops, foreach, planning, registry, runtime, saved_plans, whole_calls
+from turbine.eager import backward_errors, custom_ops, dynamo_rules, foreach, planning, registry, runtime, saved_plans, whole_calls
 from turbine.eager.host import device_of
 from turbine.eager.meta import meta_call, on_cpu_zeros
 from turbine.eager.plans import FallbackPlan
@@ -35,6 +35,8 @@ _schemas: dict[Any, OpSchema] = {}
 def handle(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     """``DeviceTensor.__torch_dispatch__``: run the op; inside a backward call, a failure is held
     until the backward returns (eager/backward_errors.py) and autograd gets a stand-in."""
+    if dynamo_rules.in_compiled_function():  # an op torch.compile left to run eagerly
+        return dynamo_rules.outside_dynamo(handle, func, args, kwargs)
     try:
         return run(func, args, kwargs)
     except Exception as error:

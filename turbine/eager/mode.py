@@ -16,7 +16,7 @@ from torch.overrides import TorchFunctionMode
 
 from turbine.device import Device, open_device
 from turbine.device.registry import by_index, current, opened_devices
-from turbine.eager import backward_errors, conversion, factories, graphs, pinning, whole_calls
+from turbine.eager import backward_errors, conversion, dynamo_rules, factories, graphs, pinning, whole_calls
 from turbine.eager.ops import bags, bounds, ctc
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device
@@ -124,6 +124,14 @@ class DeviceMode(TorchFunctionMode):
     """
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if _compiling():  # torch.compile traces the handler: torch's own ops go in its graph,
+            if not _names_turbine(args, kwargs):
+                return func(*args, **(kwargs or {}))
+            # a call that names a turbine device breaks it (dynamo runs a skipped function eagerly)
+            return dynamo_rules.outside_dynamo(self.__torch_function__, func, types, args, kwargs)
+        if dynamo_rules.in_compiled_function():  # the eager part of a compiled function
+            turbine = bool(args) and type(args[0]) is DeviceTensor
+            return dynamo_rules.outside_dynamo(self.__torch_function__, func, types, args, kwargs, turbine_tensors=turbine)
         if graphs.notes is not None:  # a turbine.graphed warm-up notes every call's numbers
             graphs.note(func, args, kwargs)
         if not kwargs:
@@ -166,6 +174,17 @@ class DeviceMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _names_turbine(args: tuple, kwargs: dict | None) -> bool:
+    """Whether a call names a turbine device (a factory's ``device=``, ``.to("turbine:cpu")``):
+    written for dynamo to trace (eager/dynamo_rules.py)."""
+    for value in (*args, *(kwargs or {}).values()):
+        if isinstance(value, str) and value.startswith("turbine"):
+            return True
+        if isinstance(value, Device) or (isinstance(value, torch.device) and value.type == "turbine"):
+            return True
+    return False
+
+
 def _autograd_threads_that_fit() -> Any:
     """Autograd's device threads off for a backward call where they cannot serve every turbine
     device: torch keeps one worker queue per device index, as many as its device guards report
@@ -180,6 +199,10 @@ def _autograd_threads_that_fit() -> Any:
         return contextlib.nullcontext()
     return torch.autograd.set_multithreading_enabled(False)
 
+
+#: True while torch.compile or torch.export traces (dynamo reads it as a constant, so the rest of
+#: the mode's handler, whose set lookups dynamo cannot trace, is not traced: eager/dynamo_rules.py).
+_compiling = torch.compiler.is_compiling
 
 _mode = DeviceMode()
 
