@@ -53,6 +53,17 @@ def test_a_model_of_torchs_own_tensors_compiles_to_one_graph():
     torch.testing.assert_close(grad, expected)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs torch CUDA")
+def test_a_model_on_torch_cuda_compiles_beside_turbine():
+    model, x = _mlp().cuda(), torch.randn(8, 16, device="cuda", requires_grad=True)
+    explained = torch._dynamo.explain(model)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    compiled = torch.compile(model)  # inductor's Triton kernels
+    (grad,) = torch.autograd.grad(compiled(x).square().sum(), x)
+    (expected,) = torch.autograd.grad(model(x).square().sum(), x)
+    torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.slow
 def test_inductor_compiles_a_model_of_torchs_own_tensors():
     model, x = _mlp(), torch.randn(8, 16)
