@@ -10,13 +10,17 @@ from turbine.eager.tensor import DeviceTensor, wrap
 
 
 def to_device(tensor: torch.Tensor, device: Device, requires_grad: bool = False) -> DeviceTensor:
-    """Copy a CPU tensor to a device as a new dense DeviceTensor."""
+    """Copy a CPU tensor to a device as a new dense DeviceTensor.
+
+    The host-side steps run with torch.func's transforms off: inside ``jvp`` or ``jacrev`` they
+    wrap the results of ops on plain tensors too, and a wrapped tensor has no bytes to upload."""
     check_dtype(tensor.dtype)
-    data = tensor.detach().resolve_conj().resolve_neg().contiguous()  # lazy conj/neg bits, made real
-    flat = data.reshape(-1)
-    if flat.numel() and flat.stride(0) != 1:  # one element broadcast (stride 0) counts as contiguous
-        flat = flat.clone(memory_format=torch.contiguous_format)
-    raw = flat.view(torch.uint8).numpy()  # as bytes: numpy has no bfloat16, empty or not
+    with torch._C._DisableFuncTorch():
+        data = tensor.detach().resolve_conj().resolve_neg().contiguous()  # lazy conj/neg bits, made real
+        flat = data.reshape(-1)
+        if flat.numel() and flat.stride(0) != 1:  # one element broadcast (stride 0) counts as contiguous
+            flat = flat.clone(memory_format=torch.contiguous_format)
+        raw = flat.view(torch.uint8).numpy()  # as bytes: numpy has no bfloat16, empty or not
     result = wrap(upload(device, raw), data.dtype, tuple(data.shape))
     if requires_grad:
         result.requires_grad_(True)

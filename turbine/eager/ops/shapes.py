@@ -1,4 +1,5 @@
-"""Ops that change a tensor's shape or storage in place, allocate, or copy without a kernel."""
+"""Ops that change a tensor's shape or storage in place, allocate, or copy without a kernel, and
+questions answered from shapes alone."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from turbine.eager import factories
 from turbine.eager.meta import meta_call
 from turbine.eager.registry import declare
-from turbine.eager.schema import functional_variant, schema_of
+from turbine.eager.schema import bound_arguments, functional_variant, schema_of
 from turbine.eager.signature import walk
 from turbine.eager.tensor import DeviceTensor, Storage, empty
 from turbine.eager.views import write
@@ -108,6 +109,51 @@ declare(
      "as_strided_.default"],
     "an in-place shape change: the tensor becomes the view its out-of-place twin gives",
     handler=_restride,
+)
+def _storage_numel(tensor: torch.Tensor) -> int:
+    """How many of the tensor's elements its storage holds, as torch counts them (bytes / itemsize)."""
+    if isinstance(tensor, DeviceTensor):
+        storage = tensor._storage
+        return storage.numel * storage.dtype.itemsize // tensor.element_size()
+    return tensor.untyped_storage().nbytes() // tensor.element_size()
+
+
+def _is_same_size(func: Any, args: tuple, kwargs: dict) -> bool:
+    return args[0].shape == args[1].shape
+
+
+def _has_same_storage_numel(func: Any, args: tuple, kwargs: dict) -> bool:
+    return _storage_numel(args[0]) == _storage_numel(args[1])
+
+
+def _new_zeros_with_same_feature_meta(func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+    """Zeros laid out as ``other`` is (its sizes, strides, offset and storage size), behind
+    ``self``'s first ``self_num_batch_dims`` sizes laid one storage after another, as torch's
+    kernel makes them: forward-mode AD makes a view's tangent this way."""
+    named = bound_arguments(func, args, kwargs)
+    self, other, batch_dims = named["self"], named["other"], named.get("self_num_batch_dims", 0)
+    sizes, strides = list(self.shape[:batch_dims]) + list(other.shape), list(other.stride())
+    storage_numel = _storage_numel(other)
+    for size in reversed(self.shape[:batch_dims]):
+        strides.insert(0, storage_numel)
+        storage_numel *= size
+    return other.new_zeros((storage_numel,)).as_strided(sizes, strides, other.storage_offset())
+
+
+declare(
+    aten._new_zeros_with_same_feature_meta.default,
+    "zeros viewed as another tensor is laid out: a fill and a view, where the kernel did not compile",
+    handler=_new_zeros_with_same_feature_meta,
+)
+declare(
+    aten.is_same_size.default,
+    "a question of shapes (forward-mode AD asks it of every tangent): the host answers, where it fell back",
+    handler=_is_same_size,
+)
+declare(
+    aten._has_same_storage_numel.default,
+    "a question of storage sizes (forward-mode AD asks it of every tangent): the host answers, where it fell back",
+    handler=_has_same_storage_numel,
 )
 declare(
     ["empty_like.default", "new_empty.default", "new_empty_strided.default", "empty.memory_format"],
