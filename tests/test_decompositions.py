@@ -436,6 +436,14 @@ def test_isin(invert):
         check_on_iree(lambda t: torch.isin(number, t, invert=invert), floats)
 
 
+def test_distributions_validate_their_values_on_iree():
+    """torch.distributions asks ``_is_all_true`` of every value it validates: it fell back."""
+    loc = torch.randn(4, 5)
+    check(lambda loc: torch.distributions.Normal(loc, 1.0).log_prob(loc * 2), loc)
+    check(lambda loc: torch.distributions.Categorical(logits=loc).log_prob(torch.arange(4).to(loc.device)), loc)
+    check(lambda x: (torch._is_all_true(x > 0), torch._is_any_true(x > 0), torch._is_all_true(x > -9)), loc)
+
+
 def test_isin_of_more_pairs_than_one_kernel_compares_falls_back(stats):
     elements, tests = torch.arange(3000), torch.arange(1000, 2500)  # 4.5M pairs
     with pytest.warns(turbine.TurbineFallbackWarning, match="isin"):

@@ -74,6 +74,18 @@ def test_repr_prints_values_and_turbine_name():
     assert "requires_grad=True" in repr(torch.ones(2, device="turbine:cpu", requires_grad=True))
 
 
+def test_a_zero_dim_tensor_formats_as_its_number():
+    """``print(f"loss {loss:.4f}")``: torch formats a 0-d tensor of class torch.Tensor alone."""
+    x = torch.randn(3, 2)
+    on_device = x.to("turbine:cpu")
+    for spec in (".4f", "8.2e", "", "+.1%"):
+        assert format(on_device[1, 0], spec) == format(x[1, 0], spec)
+    assert format(on_device.sum().requires_grad_(), ".3f") == format(on_device.sum().item(), ".3f")
+    assert f"{on_device}" == repr(on_device)
+    with pytest.raises(TypeError, match="unsupported format string"):
+        format(on_device, ".3f")
+
+
 def test_unknown_device_option_is_rejected():
     with pytest.raises(TypeError, match="unknown option"):
         turbine.device("turbine:cpu3", fast=True)

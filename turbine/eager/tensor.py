@@ -191,6 +191,13 @@ class DeviceTensor(torch.Tensor):
     def __repr__(self, *, tensor_contents=None) -> str:
         return formatting.tensor_repr(self)
 
+    def __format__(self, format_spec: str) -> str:
+        """A 0-d tensor formats as its number (``f"{loss:.4f}"``), as torch's own tensors do;
+        torch's ``__format__`` does so only for the class ``torch.Tensor`` itself."""
+        if self.dim() == 0:
+            return self.detach().item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
     def __reduce_ex__(self, protocol: int) -> tuple:
         """Pickled (``torch.save``, ``pickle``) as its values on the host and its device's name, so
         a checkpoint holds no IREE object; loading puts it back on a device of that name, or where

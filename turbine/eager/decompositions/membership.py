@@ -6,6 +6,10 @@ transformers' stopping criteria look for the end-of-sequence tokens. The test el
 a handful, so comparing each element with each of them is both what IREE compiles and the cheaper
 form; past ``MOST_COMPARISONS`` the op is left to the fallback policy rather than made into a
 kernel with a comparison matrix too large to hold.
+
+``_is_all_true`` and ``_is_any_true`` (whether a boolean tensor's elements are all, or any, true:
+torch.distributions asks the first of every value it validates) are ``all`` and ``any``, which
+IREE compiles where it did not compile them.
 """
 
 from __future__ import annotations
@@ -43,3 +47,14 @@ def isin(elements: torch.Tensor, test_elements: torch.Tensor, *, assume_unique: 
 def isin_scalar(element: float, test_elements: torch.Tensor, *, assume_unique: bool = False, invert: bool = False) -> torch.Tensor:
     """One element compared with every test element (IREE 3.13 does not compile the op)."""
     return _found(torch.scalar_tensor(element, dtype=torch.result_type(element, test_elements)), test_elements, invert)
+
+
+@registers(aten._is_all_true.default)
+def is_all_true(x: torch.Tensor) -> torch.Tensor:
+    """``all``: torch.distributions validated each value with it, and each fell back."""
+    return aten.all.default(x)
+
+
+@registers(aten._is_any_true.default)
+def is_any_true(x: torch.Tensor) -> torch.Tensor:
+    return aten.any.default(x)
