@@ -259,3 +259,14 @@ def test_dropout_gives_torch_cpu_numbers_and_gradients(p):
     expected.sum().backward()
     actual.sum().backward()
     torch.testing.assert_close(device_leaf.grad.cpu(), leaf.grad)
+
+
+def test_a_tensor_made_from_a_list_of_zero_dim_turbine_tensors():
+    """``torch.tensor([a, b])`` reads each 0-d tensor in torch's C++ (``_local_scalar_dense`` on
+    the turbine key, where ``__torch_dispatch__`` is not asked): it raised NotImplementedError."""
+    x = torch.randn(2, 3)
+    on_device = x.to(D)
+    assert torch.equal(torch.tensor([on_device[0, 0], on_device[1, 2]]), torch.tensor([x[0, 0], x[1, 2]]))
+    made = torch.tensor([[on_device[0, 1]], [2.5]], device=D, dtype=torch.float64)
+    assert isinstance(made, turbine.DeviceTensor)
+    assert torch.equal(made.cpu(), torch.tensor([[x[0, 1]], [2.5]], dtype=torch.float64))
