@@ -111,6 +111,21 @@ def test_a_compiled_function_may_create_and_move_turbine_tensors(monkeypatch):
     torch.testing.assert_close(sine, torch.sin(b))
 
 
+def test_other_compile_stances_and_a_non_strict_export_run_turbine_eagerly(monkeypatch):
+    """Under some stances dynamo's frame callback stays on inside torch.compiler.disable; and a
+    non-strict export holds torch.compiler.is_compiling for its whole run: both had looped."""
+    monkeypatch.setattr(dynamo_rules, "_warned", True)
+    model, x = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()), torch.randn(2, 4)
+    on_device = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).to(D)
+    on_device.load_state_dict(model.state_dict())
+    with torch.compiler.set_stance("eager_on_recompile"):
+        compiled = torch.compile(on_device, backend="aot_eager")
+        torch.testing.assert_close(compiled(x.to(D)).cpu(), model(x))
+        torch.testing.assert_close(compiled(x[:1].to(D)).cpu(), model(x[:1]))
+    exported = torch.export.export(on_device, (x.to(D),), strict=False)
+    torch.testing.assert_close(exported.module()(x.to(D)).cpu(), model(x))
+
+
 def test_a_moved_tensor_looks_like_no_traceable_subclass_outside_module_to():
     """``Module._apply`` swaps a moved tensor into the parameter when the tensor says it is a
     traceable subclass (eager/conversion.py); a tensor moved by a user's ``.to()`` kept that mark,
@@ -118,6 +133,8 @@ def test_a_moved_tensor_looks_like_no_traceable_subclass_outside_module_to():
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
     assert not is_traceable_wrapper_subclass(torch.randn(3).to(D))
+    norm = torch.nn.BatchNorm1d(3).to(D)  # Module._apply assigns buffers: they need no mark
+    assert not is_traceable_wrapper_subclass(norm.running_mean)
     shared = torch.nn.Linear(3, 3)
     model = torch.nn.Sequential(shared, torch.nn.ReLU(), shared).to(D)
     assert model[0].weight is model[2].weight and isinstance(model[0].weight, turbine.DeviceTensor)

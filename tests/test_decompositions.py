@@ -675,6 +675,27 @@ def test_gcd_and_lcm_run_euclid_on_iree_as_torch_does(dtype):
     check(torch.lcm, small[0][defined], small[1][defined])
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16], ids=str)
+def test_gcd_and_lcm_cast_a_wider_zero_dim_operand_first(dtype):
+    """torch casts both operands to their common dtype first: -200 as int8 is 56."""
+    x = torch.tensor([12, 34, 7, 56], dtype=dtype)
+    for value in (-200, -1, 40000):
+        other = torch.tensor(value)
+        check(torch.gcd, x, other)
+        check(torch.lcm, x, other)
+        check(lambda a, b: a.clone().gcd_(b), x, other)
+
+
+def test_integer_matrix_products_refuse_what_torch_refuses():
+    a, b = torch.randint(-9, 9, (3, 4)), torch.randint(-9, 9, (4, 2))
+    for c, m1, m2 in ((torch.zeros(3, 2, dtype=torch.int32), a, b), (torch.ones(3, 2).bool(), a.bool(), b.bool())):
+        with pytest.raises((RuntimeError, NotImplementedError)) as expected:
+            torch.addmm(c, m1, m2)
+        with pytest.raises(Exception) as actual, turbine.fallback("device"):
+            torch.addmm(c.to(D), m1.to(D), m2.to(D)).cpu()  # raised when the kernel it waits for is known
+        assert str(expected.value) in str(actual.value)  # torch's error, or turbine's quoting it
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=str)
 def test_integer_matrix_products_that_scale_and_add_run_on_iree(dtype):
     """torch-mlir's integer addmm and addbmm did not legalize their factors, so integer

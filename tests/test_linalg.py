@@ -82,6 +82,9 @@ def test_the_deprecated_cholesky_runs_on_iree_with_torchs_errors(batch):
     check(torch.cholesky, spd)
     check(lambda a: torch.cholesky(a, upper=True), spd[0])
     check(lambda a: torch.autograd.grad(torch.cholesky(a).sum(), a)[0], spd.clone().requires_grad_())
+    assert torch.cholesky(torch.ones(0, 3).to(D)).shape == (0, 3)  # no elements: no checks, as in torch
+    with pytest.raises(NotImplementedError, match="not implemented for 'Half'"), turbine.fallback("device"):
+        torch.cholesky(spd[0].half().to(D))
     for bad in (-torch.eye(3), -torch.eye(3).expand(2, 3, 3), torch.ones(2, 3), torch.ones(3)):
         with pytest.raises(RuntimeError) as expected:
             torch.cholesky(bad)

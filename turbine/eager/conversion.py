@@ -36,7 +36,7 @@ def mark_for_swap(source: torch.Tensor, moved: torch.Tensor) -> None:
     ``swap_tensors`` refuses a tensor that anything else references (its use count above one: an
     autograd graph that saved it, a view of it) or that has weak references.
     """
-    if not _moved_by_module_apply():
+    if not (isinstance(source, torch.nn.Parameter) and _moved_by_module_apply()):
         return
     if source._use_count() == 1 and not weakref.getweakrefs(source):
         moved.__dict__["__tensor_flatten__"] = _no_inner_tensors
@@ -58,14 +58,13 @@ _APPLY = torch.nn.Module._apply.__code__
 
 
 def _moved_by_module_apply() -> bool:
-    """Whether ``Module._apply`` (``module.to``) asked for this move: only its swaps need the
-    mark, and any other tensor keeping it would look traceable to torch.compile, which then
-    failed inside dynamo where it breaks its graph for a turbine tensor (eager/dynamo_rules.py).
-    Its frame is a few above: ``_apply``, its ``fn``, ``Tensor.to`` in turbine's function mode."""
+    """Whether ``Module._apply`` (``module.to``) asked for this move of a parameter: only its
+    swaps need the mark (it assigns buffers), and any other tensor keeping it would look
+    traceable to torch.compile, which then failed inside dynamo where it breaks its graph for a
+    turbine tensor (eager/dynamo_rules.py). Its frame is somewhere above (a module's own
+    ``_apply`` may call it, and a compiled function's eager part adds frames)."""
     frame = sys._getframe(1)
-    for _ in range(8):
-        if frame is None:
-            return False
+    while frame is not None:
         if frame.f_code is _APPLY:
             return True
         frame = frame.f_back

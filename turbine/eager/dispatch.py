@@ -36,7 +36,11 @@ def handle(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     """``DeviceTensor.__torch_dispatch__``: run the op; inside a backward call, a failure is held
     until the backward returns (eager/backward_errors.py) and autograd gets a stand-in."""
     if dynamo_rules.in_compiled_function():  # an op torch.compile left to run eagerly
-        return dynamo_rules.outside_dynamo(handle, func, args, kwargs)
+        return dynamo_rules.outside_dynamo(_handle, func, args, kwargs)
+    return _handle(func, args, kwargs)
+
+
+def _handle(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     try:
         return run(func, args, kwargs)
     except Exception as error:

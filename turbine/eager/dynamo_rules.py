@@ -1,16 +1,17 @@
-"""turbine beside torch.compile: dynamo traces the function mode's first line and nothing else.
+"""turbine beside torch.compile: of turbine's code, dynamo traces the function mode's first checks.
 
 After ``import turbine`` every torch call in the process passes turbine's function mode
 (eager/mode.py), and dynamo traces a function mode's handler as part of the function it
 compiles. Three rules keep the two apart:
 
-- The handler answers at once while torch.compile traces (``torch.compiler.is_compiling``), so a
+- The handler answers at once while dynamo traces (``torch.compiler.is_dynamo_compiling``), so a
   model on torch's own devices compiles to the graphs it gets without turbine. The rest of the
   handler, which dynamo cannot trace, had made it give up on every frame: torch.compile silently
-  ran everything eagerly.
+  ran everything eagerly. A call that names a turbine device breaks the graph there.
 - A compiled function that meets a turbine tensor breaks its graph there and runs the op eagerly
   (dynamo cannot trace a tensor that lives in IREE's buffers). turbine's handling of that op then
-  runs with dynamo's frame callback off (:func:`outside_dynamo`): with it on, dynamo compiled
+  runs with dynamo's frame callback off (:func:`outside_dynamo`, which runs the handler's body,
+  not its entry, so a callback left on inside cannot loop back here): with it on, dynamo compiled
   turbine's frames one by one, and those of IREE's compiler below them, with turbine's caches
   and queues as their guards. The first such op warns that the function runs eagerly on turbine.
 - Every other turbine module is on dynamo's skip list, so dynamo does not try them as frames.
@@ -34,7 +35,6 @@ TRACED = frozenset({"turbine.eager.mode"})
 #: dynamo's frame callback on this thread: None outside a function torch.compile compiled.
 _frame_callback = torch._C._dynamo.eval_frame.get_eval_frame_callback
 
-_outside: Callable | None = None
 _warned = False
 
 
@@ -47,7 +47,7 @@ def in_compiled_function() -> bool:
 def outside_dynamo(fn: Callable, *args: Any, turbine_tensors: bool = True) -> Any:
     """``fn(*args)`` with dynamo's frame callback off, as ``torch.compiler.disable`` runs a
     function; ``turbine_tensors`` says the call handles turbine tensors (the first warns)."""
-    global _outside, _warned
+    global _warned
     if turbine_tensors and not _warned:
         _warned = True
         warnings.warn(
@@ -55,13 +55,14 @@ def outside_dynamo(fn: Callable, *args: Any, turbine_tensors: bool = True) -> An
             "the compiled function (turbine.graphed captures a whole step on a GPU)",
             stacklevel=3,
         )
-    if _outside is None:
-        _outside = torch.compiler.disable(_call, recursive=True)
     return _outside(fn, args)
 
 
 def _call(fn: Callable, args: tuple) -> Any:
     return fn(*args)
+
+
+_outside = torch.compiler.disable(_call, recursive=True)
 
 
 def keep_dynamo_out(handler: Callable) -> None:

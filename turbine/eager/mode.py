@@ -90,6 +90,12 @@ def _shallow_copy_compatible(tensor: torch.Tensor, value: torch.Tensor) -> bool:
     return torch._has_compatible_shallow_copy_type(tensor, value)
 
 
+#: True while dynamo traces (torch.compile, strict torch.export), which reads it as a constant: the
+#: rest of the mode's handler, whose set lookups dynamo cannot trace, is not traced there
+#: (eager/dynamo_rules.py). torch.compiler.is_compiling would not do: it stays True for a whole
+#: compile session and a non-strict export, where the handler runs eagerly.
+_compiling = torch.compiler.is_dynamo_compiling
+
 _TENSOR_TO = (torch.Tensor.to, torch.Tensor.cuda)
 _PARSE_TO = torch._C._nn._parse_to
 #: Calls that run autograd's backward: errors inside them are held until they return.
@@ -128,50 +134,55 @@ class DeviceMode(TorchFunctionMode):
             if not _names_turbine(args, kwargs):
                 return func(*args, **(kwargs or {}))
             # a call that names a turbine device breaks it (dynamo runs a skipped function eagerly)
-            return dynamo_rules.outside_dynamo(self.__torch_function__, func, types, args, kwargs)
+            return dynamo_rules.outside_dynamo(_route, func, args, kwargs)
         if dynamo_rules.in_compiled_function():  # the eager part of a compiled function
-            turbine = bool(args) and type(args[0]) is DeviceTensor
-            return dynamo_rules.outside_dynamo(self.__torch_function__, func, types, args, kwargs, turbine_tensors=turbine)
-        if graphs.notes is not None:  # a turbine.graphed warm-up notes every call's numbers
-            graphs.note(func, args, kwargs)
-        if not kwargs:
-            if func not in _INTERCEPTED:
-                if args and type(args[0]) is DeviceTensor:
-                    return whole_calls.call(func, args, {})
-                return func(*args)
-            kwargs = {}
-        if func is _SHALLOW_COPY_COMPATIBLE:
-            return _shallow_copy_compatible(*args)
-        if func is torch.device:
-            return _device_object(*args, **kwargs)
-        if func is _ONE_HOT and isinstance(args[0] if args else kwargs.get("input"), DeviceTensor):
-            return bounds.one_hot(*args, **kwargs)  # torch checks no class of a Python backend's
-        if func in _CTC_LOSS and isinstance(args[0] if args else kwargs.get("log_probs"), DeviceTensor):
-            return ctc.ctc_loss(func, *args, **kwargs)  # lengths as host numbers, as for torch's own tensors
-        if func is _EMBEDDING_BAG and isinstance(args[1] if len(args) > 1 else kwargs.get("weight"), DeviceTensor):
-            return bags.embedding_bag(*args, **kwargs)  # as ops IREE runs, above autograd
-        if func in _PIN and pinning.for_turbine(args[1] if len(args) > 1 else kwargs.get("device")):
-            # pinned memory is a C++ hook a Python backend cannot give (eager/pinning.py)
-            return args[0].clone() if func is torch.Tensor.pin_memory else False
-        if func in _BACKWARD:
-            with backward_errors.collecting(), _autograd_threads_that_fit():
-                return func(*args, **kwargs)
-        if func in _TENSOR_TO:
-            device, dtype, rest = _parse_to(args[1:], kwargs)
-            target = turbine_device(device)
-            if target is not None:
-                return _tensor_to(args[0], target, dtype, rest)
-        elif func is _PARSE_TO:
-            # nn.Module.to parses its arguments here; hand it a device torch can parse.
-            args = tuple(_torch_device(a) for a in args)
-            kwargs = {k: _torch_device(v) for k, v in kwargs.items()}
-        elif "device" in kwargs:
-            target = turbine_device(kwargs["device"])
-            if target is not None:
-                return factories.create(func, args, kwargs, target)
-        if args and type(args[0]) is DeviceTensor:
-            return whole_calls.call(func, args, kwargs)
-        return func(*args, **kwargs)
+            on_turbine = bool(args) and type(args[0]) is DeviceTensor
+            return dynamo_rules.outside_dynamo(_route, func, args, kwargs, turbine_tensors=on_turbine)
+        return _route(func, args, kwargs)
+
+
+def _route(func: Any, args: tuple, kwargs: dict | None) -> Any:
+    """The mode's handling of a call, outside dynamo's tracing."""
+    if graphs.notes is not None:  # a turbine.graphed warm-up notes every call's numbers
+        graphs.note(func, args, kwargs)
+    if not kwargs:
+        if func not in _INTERCEPTED:
+            if args and type(args[0]) is DeviceTensor:
+                return whole_calls.call(func, args, {})
+            return func(*args)
+        kwargs = {}
+    if func is _SHALLOW_COPY_COMPATIBLE:
+        return _shallow_copy_compatible(*args)
+    if func is torch.device:
+        return _device_object(*args, **kwargs)
+    if func is _ONE_HOT and isinstance(args[0] if args else kwargs.get("input"), DeviceTensor):
+        return bounds.one_hot(*args, **kwargs)  # torch checks no class of a Python backend's
+    if func in _CTC_LOSS and isinstance(args[0] if args else kwargs.get("log_probs"), DeviceTensor):
+        return ctc.ctc_loss(func, *args, **kwargs)  # lengths as host numbers, as for torch's own tensors
+    if func is _EMBEDDING_BAG and isinstance(args[1] if len(args) > 1 else kwargs.get("weight"), DeviceTensor):
+        return bags.embedding_bag(*args, **kwargs)  # as ops IREE runs, above autograd
+    if func in _PIN and pinning.for_turbine(args[1] if len(args) > 1 else kwargs.get("device")):
+        # pinned memory is a C++ hook a Python backend cannot give (eager/pinning.py)
+        return args[0].clone() if func is torch.Tensor.pin_memory else False
+    if func in _BACKWARD:
+        with backward_errors.collecting(), _autograd_threads_that_fit():
+            return func(*args, **kwargs)
+    if func in _TENSOR_TO:
+        device, dtype, rest = _parse_to(args[1:], kwargs)
+        target = turbine_device(device)
+        if target is not None:
+            return _tensor_to(args[0], target, dtype, rest)
+    elif func is _PARSE_TO:
+        # nn.Module.to parses its arguments here; hand it a device torch can parse.
+        args = tuple(_torch_device(a) for a in args)
+        kwargs = {k: _torch_device(v) for k, v in kwargs.items()}
+    elif "device" in kwargs:
+        target = turbine_device(kwargs["device"])
+        if target is not None:
+            return factories.create(func, args, kwargs, target)
+    if args and type(args[0]) is DeviceTensor:
+        return whole_calls.call(func, args, kwargs)
+    return func(*args, **kwargs)
 
 
 def _names_turbine(args: tuple, kwargs: dict | None) -> bool:
@@ -199,10 +210,6 @@ def _autograd_threads_that_fit() -> Any:
         return contextlib.nullcontext()
     return torch.autograd.set_multithreading_enabled(False)
 
-
-#: True while torch.compile or torch.export traces (dynamo reads it as a constant, so the rest of
-#: the mode's handler, whose set lookups dynamo cannot trace, is not traced: eager/dynamo_rules.py).
-_compiling = torch.compiler.is_compiling
 
 _mode = DeviceMode()
 

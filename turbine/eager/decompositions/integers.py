@@ -92,7 +92,7 @@ def gcd(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     kernel runs it (on magnitudes, with C's truncating remainder, so that gcd(-2**63, 0) is
     -2**63 as in torch). Narrow integers work in int32, which IREE compiles exactly."""
     dtype = torch.result_type(x, other)
-    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+    if _exact(dtype):  # the trace fails, and the fallback raises torch's error for these dtypes
         raise NotImplementedError(f"gcd is not implemented for {dtype}")
     work = torch.int32 if dtype in (*_NARROW, torch.uint8) else dtype
     a, b = _wrapped_abs(x.to(work), dtype), _wrapped_abs(other.to(work), dtype)
@@ -115,10 +115,6 @@ def lcm(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     return torch.where(divisor == 0, 0, aten.abs.default(quotient * other)).to(dtype)
 
 
-def _integer(dtype: torch.dtype) -> bool:
-    return not (dtype.is_floating_point or dtype.is_complex)
-
-
 @registers(aten.addmm.default)
 def addmm(input: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta: float = 1, alpha: float = 1) -> torch.Tensor:
     """beta * input + alpha * (mat1 @ mat2) from mm, for integers (torch-mlir's integer addmm did
@@ -134,8 +130,11 @@ def addbmm(input: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, b
 
 def _scaled_sum(input: torch.Tensor, product: torch.Tensor, beta: float, alpha: float) -> torch.Tensor:
     """beta * input + alpha * product, broadcast to the product's shape (integers take int
-    factors, as torch's kernels do)."""
-    if _integer(product.dtype):
+    factors, as torch's kernels do). Booleans and an input of another dtype, which torch's
+    kernels refuse, make the trace fail, so that the fallback raises torch's error."""
+    if product.dtype == torch.bool or input.dtype != product.dtype:
+        raise NotImplementedError(f"addmm of {input.dtype} onto {product.dtype} products: torch's kernel refuses it")
+    if not _exact(product.dtype):
         beta, alpha = int(beta), int(alpha)
     if alpha != 1:
         product = product * alpha

@@ -12,6 +12,7 @@ import torch
 
 from turbine.eager import decompositions
 from turbine.eager.registry import Continue, declare
+from turbine.eager.schema import as_call, bound_arguments
 
 _aten = torch.ops.aten
 
@@ -280,6 +281,24 @@ declare(_aten.ldexp.Tensor, "IREE's was an ulp off (9.2e17 * 2**32 in float32)",
 declare(_aten.neg.default, "IREE negated int32 and int64 through float32: -(2**30 + 1) gave -2**30", correction=decompositions.integers.neg)
 declare(_aten.floor_divide.default, "IREE floor-divided int64 through float64 (wrong above 2**53) and could not compile int8", correction=decompositions.integers.floor_divide)
 declare(_aten.div.Tensor_mode, "the same for div(rounding_mode='floor')", correction=decompositions.integers.div_mode)
+def _in_common_dtype(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """gcd and lcm of operands of two dtypes (an int8 tensor and a 0-d int64 one) in their common
+    dtype, as torch casts both first: in a kernel the 0-d operand kept its value (gcd(x, -200)
+    of int8 x gave -2 where torch, with -200 wrapped to 56, gives 2). In place, the common dtype
+    is the written tensor's."""
+    named = bound_arguments(func, args, kwargs)
+    in_place = func.overloadpacket in (_aten.gcd_, _aten.lcm_)
+    dtype = named["self"].dtype if in_place else torch.result_type(named["self"], named["other"])
+    names = ("other",) if in_place else ("self", "other")
+    named.update({name: named[name].to(dtype) for name in names})
+    return Continue(*as_call(func, named))
+
+
+declare(
+    [_aten.gcd, _aten.gcd_, _aten.lcm, _aten.lcm_],
+    "its operands are cast to their common dtype first, as torch casts them, where a kernel kept a 0-d operand's value",
+    handler=_in_common_dtype,
+)
 declare(_aten.sort.default, "IREE's sort placed NaNs anywhere; this orders by an integer key, as torch does", correction=decompositions.order.sort)
 declare(_aten.sort.stable, "IREE's sort placed NaNs anywhere; this orders by an integer key, as torch does", correction=decompositions.order.sort_stable)
 declare(_aten.topk.default, "IREE's topk placed NaNs anywhere; this orders by an integer key, as torch does", correction=decompositions.order.topk)

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from turbine.eager import fallback
-from turbine.eager.meta import meta_call
+from turbine.eager.meta import meta_call, raise_as_torch_cpu
 from turbine.eager.registry import Continue, declare
 from turbine.eager.schema import bound_arguments, schema_of
 from turbine.eager.views import to_host
@@ -33,15 +33,22 @@ def _check_errors(func: Any, args: tuple, kwargs: dict) -> None:
     func(to_host(info), *rest, **kwargs)
 
 
+#: The dtypes torch's CPU factorizations take.
+_LAPACK_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
 def _cholesky(func: Any, args: tuple, kwargs: dict) -> Any:
     """The deprecated ``torch.cholesky`` as torch builds it: linalg's factorization (a kernel),
-    then its error check in the words of ``cholesky``; the shape checks are its meta kernel's.
-    Integer matrices go on to the generic way, whose fallback raises torch's error for them."""
+    then its error check in the words of ``cholesky``; the shape checks are its meta kernel's,
+    and a matrix of no elements is returned as torch returns it, before any check of its shape.
+    Other dtypes than LAPACK's raise torch's CPU error."""
     named = bound_arguments(func, args, kwargs)
     a, upper = named["self"], named.get("upper", False)
+    if a.numel() == 0:
+        return torch.empty_like(a)
     meta_call(func, schema_of(func), args, kwargs)
-    if not (a.dtype.is_floating_point or a.dtype.is_complex):
-        return Continue(args, kwargs)
+    if a.dtype not in _LAPACK_DTYPES:
+        raise_as_torch_cpu(func, schema_of(func), args, kwargs)
     factor, info = aten.linalg_cholesky_ex.default(a, upper=upper)
     aten._linalg_check_errors.default(info, "cholesky", is_matrix=a.dim() == 2)
     return factor
