@@ -789,3 +789,18 @@ def test_ldexp_is_exact(dtype):
         exponent[1:4] = torch.tensor([1100, -1000, 2000])
     check(torch.ldexp, x.to(dtype), exponent, rtol=0, atol=0)
     check(torch.ldexp, x.to(dtype), exponent.to(torch.int32), rtol=0, atol=0)
+
+
+def test_addmm_does_not_read_the_term_whose_factor_is_zero():
+    """torch's kernel skips the term scaled by 0: a NaN in ``input`` with beta=0, or an infinity in
+    the matrices with alpha=0, stays out of the result; IREE multiplied it by 0 (NaN)."""
+    a, b, c = torch.randn(3, 4), torch.randn(4, 2), torch.randn(3, 2)
+    c[0, 0] = float("nan")
+    infinite = a.clone()
+    infinite[1, 1] = float("inf")
+    for factors in ({"beta": 0}, {"beta": 0, "alpha": 2.5}):
+        check(lambda c, a, b: torch.addmm(c, a, b, **factors), c, a, b)
+        check(lambda c, a, b: torch.addmm(c, a, b, **factors), c[0], a, b)
+    for factors in ({"alpha": 0}, {"alpha": 0, "beta": -2}, {"alpha": 0, "beta": 0}):
+        check(lambda c, a, b: torch.addmm(c, a, b, **factors), c.nan_to_num(), infinite, b)
+        check(lambda c, a, b: torch.addmm(c, a, b, **factors), c[1], infinite, b)
