@@ -19,10 +19,10 @@ compiles. Three rules keep the two apart:
 
 from __future__ import annotations
 
-import importlib
 import logging
 import pkgutil
 import warnings
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -84,16 +84,14 @@ def keep_dynamo_out(handler: Callable) -> None:
 
 def _modules_to_skip() -> list[str]:
     """turbine's modules and packages, a package whole where it holds no traced module."""
-    import turbine
-
-    found, packages = [], [(turbine.__path__, "turbine.")]
+    found, packages = [], [(Path(__file__).resolve().parents[1], "turbine.")]
     while packages:
         path, prefix = packages.pop()
-        for module in pkgutil.iter_modules(path, prefix):
+        for module in pkgutil.iter_modules([str(path)], prefix):
             if module.name in TRACED:
                 continue
             if module.ispkg and any(name.startswith(module.name + ".") for name in TRACED):
-                packages.append((importlib.import_module(module.name).__path__, module.name + "."))
+                packages.append((path / module.name.rsplit(".", 1)[1], module.name + "."))
             else:
                 found.append(module.name)
     return found
