@@ -7,7 +7,7 @@ float64 (wrong above 2**53 and for about one pair in four of large numbers of mi
 floor division of int8 and int16 did not compile. Subtraction and truncating division are exact,
 so these are written with them. torch-mlir lowers no gcd or lcm, and its integer addmm and addbmm
 failed to legalize their scalar factors, while integer mm, bmm, multiplication and remainder
-compile exactly.
+compile exactly (addmm's correction also keeps a float term whose factor is 0 out, as torch does).
 """
 
 from __future__ import annotations
@@ -115,11 +115,14 @@ def lcm(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     return torch.where(divisor == 0, 0, aten.abs.default(quotient * other)).to(dtype)
 
 
-@registers(aten.addmm.default)
 def addmm(input: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta: float = 1, alpha: float = 1) -> torch.Tensor:
-    """beta * input + alpha * (mat1 @ mat2) from mm, for integers (torch-mlir's integer addmm did
-    not legalize its factors); ``input`` is left out where beta is 0, as torch leaves it."""
-    return _scaled_sum(input, aten.mm.default(mat1, mat2), beta, alpha)
+    """addmm as torch's kernel computes it (the op's correction): IREE's own for floats whose
+    factors are not 0; else beta * input + alpha * (mat1 @ mat2) from mm. torch-mlir's integer
+    addmm did not legalize its factors, and IREE multiplied a term whose factor is 0 by 0 (NaN
+    for a NaN or an infinity in it), a term torch's kernel does not read."""
+    if not _exact(mat1.dtype) or mat1.dtype == torch.bool or beta == 0 or alpha == 0:
+        return _scaled_sum(input, aten.mm.default(mat1, mat2), beta, alpha)
+    return aten.addmm.default(input, mat1, mat2, beta=beta, alpha=alpha)
 
 
 @registers(aten.addbmm.default)
@@ -136,7 +139,9 @@ def _scaled_sum(input: torch.Tensor, product: torch.Tensor, beta: float, alpha: 
         raise NotImplementedError(f"addmm of {input.dtype} onto {product.dtype} products: torch's kernel refuses it")
     if not _exact(product.dtype):
         beta, alpha = int(beta), int(alpha)
-    if alpha != 1:
+    if alpha == 0:
+        product = torch.zeros_like(product)  # not read, as torch's kernel does not read it
+    elif alpha != 1:
         product = product * alpha
     if beta == 0:
         return product

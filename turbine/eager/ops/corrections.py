@@ -281,18 +281,6 @@ declare(_aten.ldexp.Tensor, "IREE's was an ulp off (9.2e17 * 2**32 in float32)",
 declare(_aten.neg.default, "IREE negated int32 and int64 through float32: -(2**30 + 1) gave -2**30", correction=decompositions.integers.neg)
 declare(_aten.floor_divide.default, "IREE floor-divided int64 through float64 (wrong above 2**53) and could not compile int8", correction=decompositions.integers.floor_divide)
 declare(_aten.div.Tensor_mode, "the same for div(rounding_mode='floor')", correction=decompositions.integers.div_mode)
-def _addmm_with_a_zero_factor(
-    input: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta: float = 1, alpha: float = 1
-) -> torch.Tensor:
-    """addmm as torch's kernel computes it where beta or alpha is 0 (compiled-in numbers): the
-    term scaled by 0 is not read, NaNs and infinities in it included; IREE multiplied it by 0,
-    which gave NaN. Other factors trace the op itself."""
-    if beta != 0 and alpha != 0:
-        return _aten.addmm.default(input, mat1, mat2, beta=beta, alpha=alpha)
-    shape = (mat1.shape[0], mat2.shape[1])
-    if alpha == 0:
-        return _aten.mul.Tensor(input, beta).expand(shape).clone() if beta != 0 else mat1.new_zeros(shape)
-    return _aten.mm.default(mat1, mat2) * alpha
 
 
 def _in_common_dtype(func: Any, args: tuple, kwargs: dict) -> Continue:
@@ -310,8 +298,9 @@ def _in_common_dtype(func: Any, args: tuple, kwargs: dict) -> Continue:
 
 declare(
     _aten.addmm.default,
-    "IREE multiplied the term whose factor is 0 by 0 (NaN for a NaN or infinity in it); torch's kernel does not read it",
-    correction=_addmm_with_a_zero_factor,
+    "IREE multiplied a term whose factor is 0 by 0 (NaN for a NaN or infinity in it), which torch's kernel does not "
+    "read; torch-mlir's integer addmm did not legalize its factors",
+    correction=decompositions.integers.addmm,
 )
 declare(
     [_aten.gcd, _aten.gcd_, _aten.lcm, _aten.lcm_],
