@@ -110,3 +110,23 @@ def test_an_op_whose_compile_timed_out_falls_back_and_its_failure_stays_off_the_
     torch.testing.assert_close(result.cpu(), torch.exp(x))
     assert stats()["compile_failures"] >= 1 and stats()["fallbacks"]
     assert not fresh_cache.failures()
+
+
+def test_a_background_compile_whose_first_lowering_fails_to_trace_tries_the_next():
+    """The first lowering is traced by the thread that starts the compile (kernels_cache's
+    ``start``); its failure still goes to the compile thread, which tries the next one, and
+    reports it with the others' when none compiles."""
+    from turbine.kernels_cache import kernel_cache
+
+    device = torch.empty(0, device="turbine:cpu").turbine_device
+
+    def broken() -> str:
+        raise RuntimeError("no trace")
+
+    def good() -> str:
+        return lowering.lower(lambda x: [x * 3], [((7, 3), torch.float32)])
+
+    assert kernel_cache.start(("test: first lowering fails", 7, 3), device, [broken, good], "x * 3").result()
+    failing = kernel_cache.start(("test: no lowering traces",), device, [broken], "nothing")
+    with pytest.raises(turbine.CompileError, match="turbine could not lower it: RuntimeError: no trace"):
+        failing.result()

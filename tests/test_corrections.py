@@ -365,6 +365,23 @@ def test_floats_convert_to_uint8_as_torch_converts_them():
     check(lambda t: t.to(torch.uint8), x.double())
 
 
+@pytest.mark.parametrize("other", [-3, 300, -256 - 7], ids=str)
+def test_uint8_ops_wrap_their_other_integer_operands_as_torch_does(other):
+    """uint8 with a 0-d int64 operand computes in uint8, -3 read as 253 (the trace widens uint8
+    to int16 and read -3 as -3: maximum, <, floor_divide, remainder and clamp were wrong)."""
+    x = torch.tensor([0, 1, 5, 200, 252, 253, 254, 255], dtype=torch.uint8)
+    s = torch.tensor(other)
+    for fn in (
+        torch.maximum, torch.minimum, torch.lt, torch.ge, torch.eq, torch.floor_divide, torch.remainder,
+        lambda a, b: torch.clamp(a, b, torch.tensor(44)), lambda a, b: a.clone().lt_(b),
+        lambda a, b: torch.where(a > 3, a, b), torch.add, torch.div, torch.bitwise_xor,
+    ):
+        check(fn, x, s)
+        check(lambda a: fn(a, torch.tensor(other)), x)  # a 0-d CPU tensor: a runtime scalar
+    check(lambda a: a < -3, x)
+    check(lambda a: torch.clamp(a, min=-3), x)
+
+
 def test_rrelu_in_training_draws_torchs_slopes():
     x = torch.randn(40)
     torch.manual_seed(3)

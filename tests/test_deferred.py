@@ -14,6 +14,7 @@ from torch.testing import assert_close
 
 import turbine
 from turbine.eager import deferred
+from turbine.kernels_cache import tracing
 from checks import D
 
 
@@ -240,3 +241,22 @@ def test_compile_threads_trace_ops_as_the_issuing_thread_does(stats):
     assert torch.allclose(x, y, rtol=0.1, atol=1e-2) == torch.allclose(a, b, rtol=0.1, atol=1e-2)
     assert not torch.allclose(x, y, rtol=0.0, atol=1e-9)
     assert "aten.isclose.default" not in stats()["fallbacks"]
+
+
+def test_a_new_kernel_is_traced_by_the_thread_that_issued_its_op(monkeypatch):
+    """A trace sets torch.fx's process-wide state (``nn.Module.__call__`` patched,
+    ``is_fx_tracing()`` true). Traced on a compile thread, it showed to the user's code running
+    meanwhile: a torch.compile'd model raised "Detected that you are using FX to symbolically
+    trace a dynamo-optimized function" (on the GPU). Compile threads compile; they do not trace."""
+    traced_by = []
+    make_fx = tracing.make_fx
+
+    def recording(*args, **kwargs):
+        traced_by.append(threading.current_thread())
+        return make_fx(*args, **kwargs)
+
+    monkeypatch.setattr(tracing, "make_fx", recording)
+    a = torch.randn(4, 67)
+    y = torch.atan(a.to(D)) * 1.5
+    assert_close(y.cpu(), torch.atan(a) * 1.5)
+    assert traced_by and set(traced_by) == {threading.current_thread()}

@@ -204,13 +204,16 @@ class Device:
             raise failures.failure(self, error, "while waiting for its work") from error
 
     def staging_copy(self, source: rt.HalBuffer, nbytes: int) -> rt.HalBuffer:
-        """Copy device-local memory into a new host-visible buffer and wait for it."""
+        """Copy device-local memory into a new host-visible buffer and wait for it. The copy is of
+        the whole source (IREE's ``queue_copy`` takes no range), which may hold more than the
+        ``nbytes`` wanted: a storage grown in place by ``resize_``."""
         self.require_usable()
+        nbytes = max(nbytes, source.byte_length(), 1)
         try:
             staging = self.allocator.allocate_buffer(
                 memory_type=rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE,
                 allowed_usage=rt.BufferUsage.TRANSFER | rt.BufferUsage.MAPPING,
-                allocation_size=max(nbytes, 1),
+                allocation_size=nbytes,
             )
         except RuntimeError as error:
             raise failures.failure(self, error, f"allocating {nbytes} bytes of host memory to read into") from error

@@ -37,6 +37,22 @@ def _widen_unsigned(value: torch.Tensor) -> torch.Tensor:
     return value
 
 
+def _wraps_to_unsigned(func: Any, args: tuple, kwargs: dict, result_dtypes: list) -> bool:
+    """Whether the call computes in uint8 as an elementwise op: torch then casts its other integer
+    operands (0-d tensors and numbers, which do not promote) to uint8 first, so -3 is 253 to
+    ``maximum``, ``<`` or ``floor_divide``; the trace widens uint8 and would read -3 as -3. Not
+    for ops whose results are floats (true division computes in float32)."""
+    if any(d not in (torch.uint8, torch.bool) for d in result_dtypes):
+        return False
+    name = func.overloadpacket.__name__.rstrip("_")
+    functional = getattr(getattr(aten, name, None), func._overloadname, func)
+    if torch.Tag.pointwise not in (*func.tags, *functional.tags) and name != "floor_divide":
+        return False
+    operands = [v for v in (*args, *kwargs.values()) if isinstance(v, (torch.Tensor, bool, int, float, complex))]
+    kind = torch._prims_common.ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
+    return torch._prims_common.elementwise_dtypes(*operands, type_promotion_kind=kind)[0] == torch.uint8
+
+
 def _as_numbers(schema: OpSchema, call_args: list, call_kwargs: dict, dtype: torch.dtype) -> None:
     """Inside a trace: the runtime scalars the op takes as numbers, as ``.item()`` of their 0-d
     inputs. The trace records a symbolic number, which IREE imports as a value read at run time.
@@ -185,8 +201,11 @@ def traced_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
     count = len(leaves.tensors)
     result_dtypes = [m.dtype for m in metas if m is not None]
     opmath = in_opmath(func, leaves)
+    wraps = _wraps_to_unsigned(func, args, kwargs, result_dtypes)
 
     def traced(*values: torch.Tensor) -> list[torch.Tensor]:
+        if wraps:  # the other operands are 0-d integers or booleans
+            values = [v if v.dtype == torch.bool else v.to(torch.uint8) for v in values]
         values = [_widen_unsigned(v) for v in values]
         if opmath:
             values = [v.to(torch.float32) if v.dtype in REDUCED else v for v in values]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import functools
 import hashlib
 import logging
 import threading
@@ -31,7 +32,7 @@ from turbine.kernels_cache.target import Target, target_for
 log = logging.getLogger("turbine")
 
 #: Bump by hand whenever the eager layer changes how it lowers ops: old cache entries then miss.
-LOWERING_VERSION = 13
+LOWERING_VERSION = 14
 
 
 class KernelStore(Protocol):
@@ -161,8 +162,9 @@ class KernelCache:
         metadata: dict | None = None,
     ) -> Kernel | CompilingKernel:
         """``kernel`` without waiting for the compiler: a cached kernel at once, else a
-        CompilingKernel whose compile (lowering included) runs on one of ``config.compile_jobs``
-        threads, so an eager program can go on issuing ops while new kernels compile side by side.
+        CompilingKernel whose compile runs on one of ``config.compile_jobs`` threads, so an eager
+        program can go on issuing ops while new kernels compile side by side. The first lowering
+        is traced here, in the calling thread (``_first_lowered_here``).
         """
         target, key, kernel = self._lookup(signature, device)
         if kernel is not None:
@@ -173,7 +175,8 @@ class KernelCache:
                 self._compilers = ThreadPoolExecutor(max(1, config.compile_jobs), thread_name_prefix="turbine-compile")
         if entry is not None:
             return self._install(key, device, entry)
-        future = self._compilers.submit(self._found_or_compiled, key, target, lower, describe, metadata or {})
+        lowerings = _first_lowered_here(lower)
+        future = self._compilers.submit(self._found_or_compiled, key, target, lowerings, describe, metadata or {})
         with self._lock:
             self._started.add(future)
         future.add_done_callback(self._finished)
@@ -421,6 +424,29 @@ class KernelCache:
                 self.store.save_source(digest, text)
             record = self.store.save(digest, vmfb, record)
         return vmfb, record
+
+
+def _first_lowered_here(lower: Callable[[], str] | Sequence[Callable[[], str]]) -> list[Callable[[], str]]:
+    """``lower``'s alternatives with the first one traced now, in the calling thread.
+
+    A trace sets torch.fx's process-wide state: ``nn.Module.__call__`` patched and
+    ``is_fx_tracing()`` true. Done in a compile thread, it showed to the user's code running
+    meanwhile: a ``torch.compile``d function then refused to run ("Detected that you are using
+    FX to symbolically trace a dynamo-optimized function"). Later alternatives, needed only when
+    the first does not compile, are traced in the compile thread.
+    """
+    lowerings = list(lower) if isinstance(lower, Sequence) else [lower]
+    try:
+        text = lowerings[0]()
+    except Exception as error:  # _compile_first reports it with the other alternatives' errors
+        lowerings[0] = functools.partial(_raise, error)
+    else:
+        lowerings[0] = lambda: text
+    return lowerings
+
+
+def _raise(error: Exception) -> str:
+    raise error
 
 
 def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> tuple[bytes, str, int]:

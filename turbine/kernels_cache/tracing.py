@@ -64,10 +64,12 @@ def trace(fn: Callable, inputs: Sequence[tuple[tuple, torch.dtype]], decompositi
     # arrives whole and the decomposition table decides; above it, a compile thread saw torch's
     # own decomposition (an in-place bitwise_and_ IREE cannot lower). torch's C++ code can also
     # reach turbine with Python dispatch turned off (tensor creation from data does); tracing
-    # needs it back on. make_fx keeps its current tracer in a module global
+    # needs it back on, with the snapshot of Python's dispatch state that goes before it (without
+    # it, torch.tensor([0-d turbine tensors]) on CUDA failed an internal assert of torch's). make_fx keeps its current tracer in a module global
     # (_CURRENT_MAKE_FX_TRACER in torch 2.13), so traces take turns.
     with _tracing, torch._C._AutoDispatchBelowADInplaceOrView():
-        excluded = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.Python)
+        keys = torch._C.DispatchKey
+        excluded = torch._C._dispatch_tls_local_exclude_set().remove(keys.Python).remove(keys.PythonTLSSnapshot)
         with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded):
             outer, _in_trace.active = getattr(_in_trace, "active", False), True
             try:

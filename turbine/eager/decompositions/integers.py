@@ -82,8 +82,11 @@ def _safe_divisor(divisor: torch.Tensor) -> torch.Tensor:
 
 
 def _wrapped_abs(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """|x| as torch's kernel takes it in ``dtype``: the most negative value stays itself."""
-    return aten.abs.default(x).to(dtype).to(x.dtype)
+    """|x| as torch's kernel takes it in ``dtype``: the most negative value stays itself. Written
+    with a subtraction: IREE's CUDA abs of int32 let the compiler take its result as never
+    negative, so that the remainder after it read -2**31 as 2**31 (gcd(6, -2**31) gave 2, not
+    torch's -2)."""
+    return torch.where(x < 0, 0 - x, x).to(dtype).to(x.dtype)
 
 
 @registers(aten.gcd.default)
@@ -112,7 +115,7 @@ def lcm(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     x, other, divisor = x.to(work), other.to(work), divisor.to(work)
     quotient = aten.div.Tensor_mode(x, _safe_divisor(divisor), rounding_mode="trunc")
     quotient = torch.where(divisor == -1, 0 - x, quotient)
-    return torch.where(divisor == 0, 0, aten.abs.default(quotient * other)).to(dtype)
+    return torch.where(divisor == 0, 0, _wrapped_abs(quotient * other, work)).to(dtype)
 
 
 def addmm(input: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta: float = 1, alpha: float = 1) -> torch.Tensor:
