@@ -58,6 +58,21 @@ def test_shared_parameters_stay_shared(move):
     torch.testing.assert_close(moved.embed.weight.detach().cpu(), reference.embed.weight.detach().to(dtype))
 
 
+@pytest.mark.parametrize("built_on", ["cpu", "meta"])
+def test_to_empty_keeps_shared_parameters_shared(built_on):
+    """``module.to_empty(device=...)`` (a model built on the meta device, then given memory) keeps
+    a tied weight one parameter, as ``.to()`` does; it made one for each module."""
+    with torch.device(built_on):
+        model = _tied()
+    parameter = model.embed.weight
+    model.to_empty(device=D)
+    assert model.head.weight is model.embed.weight is parameter
+    assert model.embed.weight.device == torch.device(D) and model.embed.weight.requires_grad
+    assert len(list(model.parameters())) == 3
+    torch.nn.init.normal_(model.embed.weight)
+    torch.testing.assert_close(model.head.weight.cpu(), model.embed.weight.cpu())
+
+
 def test_a_tied_model_trains_like_torch():
     """The shared weight's gradient sums both uses (an untied copy would get half of it)."""
     reference = _tied()

@@ -179,7 +179,10 @@ def _route(func: Any, args: tuple, kwargs: dict | None) -> Any:
     elif "device" in kwargs:
         target = turbine_device(kwargs["device"])
         if target is not None:
-            return factories.create(func, args, kwargs, target)
+            made = factories.create(func, args, kwargs, target)
+            if func is torch.empty_like:  # module.to_empty: keep shared parameters shared, as .to() does
+                conversion.mark_for_swap(args[0], made)
+            return made
     if args and type(args[0]) is DeviceTensor:
         return whole_calls.call(func, args, kwargs)
     return func(*args, **kwargs)
