@@ -126,6 +126,16 @@ def test_other_compile_stances_and_a_non_strict_export_run_turbine_eagerly(monke
     torch.testing.assert_close(exported.module()(x.to(D)).cpu(), model(x))
 
 
+def test_fullgraph_errors_say_that_turbine_runs_the_call_eagerly():
+    """dynamo's own errors named no turbine ("Failed to convert args/kwargs to proxy ...
+    UserDefinedObjectVariable(DeviceTensor)", "Attempted to call function marked as skipped")."""
+    x = torch.randn(3)
+    compiled = torch.compile(lambda t: torch.relu(t) + 1, fullgraph=True, backend="eager")
+    for call in (lambda: compiled(x.to(D)), lambda: torch.compile(lambda t: t + torch.ones(3, device=D), fullgraph=True, backend="eager")(x)):
+        with pytest.raises(torch._dynamo.exc.Unsupported, match="turbine runs this call eagerly"):
+            call()
+
+
 def test_a_moved_tensor_looks_like_no_traceable_subclass_outside_module_to():
     """``Module._apply`` swaps a moved tensor into the parameter when the tensor says it is a
     traceable subclass (eager/conversion.py); a tensor moved by a user's ``.to()`` kept that mark,

@@ -10,7 +10,7 @@ compiles. Three rules keep the two apart:
   ran everything eagerly. A call that names a turbine device breaks the graph there.
 - A compiled function that meets a turbine tensor breaks its graph there and runs the op eagerly
   (dynamo cannot trace a tensor that lives in IREE's buffers). turbine's handling of that op then
-  runs with dynamo's frame callback off (:func:`outside_dynamo`, which runs the handler's body,
+  runs with dynamo's frame callback off (:data:`outside_dynamo`, which runs the handler's body,
   not its entry, so a callback left on inside cannot loop back here): with it on, dynamo compiled
   turbine's frames one by one, and those of IREE's compiler below them, with turbine's caches
   and queues as their guards. The first such op warns that the function runs eagerly on turbine.
@@ -44,25 +44,29 @@ def in_compiled_function() -> bool:
     return _frame_callback() is not None
 
 
-def outside_dynamo(fn: Callable, *args: Any, turbine_tensors: bool = True) -> Any:
-    """``fn(*args)`` with dynamo's frame callback off, as ``torch.compiler.disable`` runs a
-    function; ``turbine_tensors`` says the call handles turbine tensors (the first warns)."""
+def _eagerly(fn: Callable, *args: Any, turbine_tensors: bool = True) -> Any:
+    """``fn(*args)``, run by :data:`outside_dynamo`; ``turbine_tensors`` says the call handles
+    turbine tensors (the first warns)."""
     global _warned
     if turbine_tensors and not _warned:
         _warned = True
         warnings.warn(
             "torch.compile does not compile ops on turbine tensors: they run eagerly, op by op, inside "
             "the compiled function (turbine.graphed captures a whole step on a GPU)",
-            stacklevel=3,
+            stacklevel=4,
         )
-    return _outside(fn, args)
-
-
-def _call(fn: Callable, args: tuple) -> Any:
     return fn(*args)
 
 
-_outside = torch.compiler.disable(_call, recursive=True)
+#: ``fn(*args, turbine_tensors=...)`` with dynamo's frame callback off (``torch.compiler.disable``).
+#: Called from the mode's handler, which dynamo traces: there it breaks the graph, and under
+#: ``fullgraph=True`` dynamo's error quotes the reason.
+outside_dynamo = torch.compiler.disable(
+    _eagerly,
+    recursive=True,
+    reason="turbine runs this call eagerly: it names a turbine device or has a turbine tensor, which "
+    "torch.compile cannot put in a graph (without fullgraph=True the graph breaks here)",
+)
 
 
 def keep_dynamo_out(handler: Callable) -> None:

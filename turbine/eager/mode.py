@@ -189,12 +189,12 @@ def _route(func: Any, args: tuple, kwargs: dict | None) -> Any:
 
 
 def _names_turbine(args: tuple, kwargs: dict | None) -> bool:
-    """Whether a call names a turbine device (a factory's ``device=``, ``.to("turbine:cpu")``):
-    written for dynamo to trace (eager/dynamo_rules.py)."""
+    """Whether a call names a turbine device (a factory's ``device=``, ``.to("turbine:cpu")``) or
+    has a turbine tensor: written for dynamo to trace (eager/dynamo_rules.py)."""
     for value in (*args, *(kwargs or {}).values()):
         if isinstance(value, str) and value.startswith("turbine"):
             return True
-        if isinstance(value, Device) or (isinstance(value, torch.device) and value.type == "turbine"):
+        if isinstance(value, (Device, DeviceTensor)) or (isinstance(value, torch.device) and value.type == "turbine"):
             return True
     return False
 
