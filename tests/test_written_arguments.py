@@ -78,3 +78,31 @@ def _compare(func, result, expected, cpu_args, cpu_kwargs, device_args, device_k
     for actual, wanted in zip(results, expected_results):
         if wanted.numel() and actual.shape == wanted.shape:  # eval batch norm's saved statistics: see eager/ops/normalization.py
             torch.testing.assert_close(actual.cpu(), wanted, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: t.mul_(0.5),
+        lambda t: t.mul_(torch.tensor(0.5)),
+        lambda t: t.bool().mul_(2),
+        lambda t: t.to(torch.uint8).mul_(0.5),
+        lambda t: t.add_(0.5),
+    ],
+    ids=["long*=0.5", "long*=0-d 0.5", "bool*=2", "uint8*=0.5", "long+=0.5"],
+)
+def test_an_in_place_result_that_cannot_be_cast_back_raises_torchs_error(call):
+    """torch refuses an in-place op whose result type does not fit the tensor; some of its meta
+    rules (mul_'s) leave that to the kernel, and turbine truncated: arange(5).mul_(0.5) gave
+    [0, 0, 1, 1, 2]."""
+    x = torch.arange(5)
+    with pytest.raises(RuntimeError) as expected:
+        call(x.clone())
+    with pytest.raises(RuntimeError, match=str(expected.value).replace("(", r"\(").replace(")", r"\)")):
+        call(x.to(D))
+
+
+def test_in_place_results_that_fit_are_written():
+    x = torch.arange(5)
+    for call in (lambda t: t.mul_(3), lambda t: t.lt_(2.5), lambda t: t.masked_fill_(t > 2, 0.5), lambda t: t.float().mul_(0.5).half()):
+        torch.testing.assert_close(call(x.to(D)).cpu(), call(x.clone()))

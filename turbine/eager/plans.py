@@ -16,6 +16,7 @@ from turbine.counters import counters
 from turbine.device import Device
 from turbine.eager import fallback, host, runtime
 from turbine.eager.executors import Executor
+from turbine.eager.meta import raise_as_torch_cpu
 from turbine.eager.schema import OpSchema, as_call, bound_arguments, functional_variant, functionalized_variant
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DeviceTensor, ReinterpretedStorage, Storage, ViewLayout, empty, torch_device
@@ -178,6 +179,8 @@ class MutationPlan:
         self.written = schema.written
         self.names = schema.names
         self.returns = len(func._schema.returns)
+        self.schema = schema
+        self.fits = False  # whether results were checked to fit their tensors (dtypes are the plan's)
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         out_names = self.out_names
@@ -188,6 +191,7 @@ class MutationPlan:
         for target in targets:
             _check_no_internal_overlap(target)
         call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names}
+        given = args, kwargs
         if self.reordered:
             named = {k: v for k, v in bound_arguments(self.func, args, kwargs).items() if k not in out_names}
             args, call_kwargs = as_call(self.functional, named)
@@ -195,6 +199,9 @@ class MutationPlan:
         values = result if isinstance(result, (tuple, list)) else (result,)
         if self.appended:
             values, returned = values[self.returns :], tuple(values[: self.returns])
+        if not out_names and not self.fits:
+            self._check_castable(targets, values, *given)
+            self.fits = True
         for target, value in zip(targets, values):
             if isinstance(target, (list, tuple)):  # a written list (GradScaler's unscale of the gradients)
                 for each, new in zip(target, value, strict=True):
@@ -208,6 +215,15 @@ class MutationPlan:
         if out_names:
             return targets[0] if len(targets) == 1 else tuple(targets)
         return targets[0]
+
+    def _check_castable(self, targets: list, values: tuple, args: tuple, kwargs: dict) -> None:
+        """torch's check that an in-place op's result fits its tensor (``long.mul_(0.5)``: "result
+        type Float can't be cast to the desired output type Long"), which some of torch's meta
+        rules (mul_, addcmul_, lerp_, hypot_) leave to the kernel: the result was truncated."""
+        for target, value in zip(targets, values):
+            if isinstance(target, torch.Tensor) and not torch.can_cast(value.dtype, target.dtype):
+                raise_as_torch_cpu(self.func, self.schema, args, kwargs)
+                raise RuntimeError(f"result type {value.dtype} can't be cast to the desired output type {target.dtype}")
 
     def record(self) -> tuple:
         return ("mutation",)
