@@ -382,6 +382,24 @@ def test_uint8_ops_wrap_their_other_integer_operands_as_torch_does(other):
     check(lambda a: torch.clamp(a, min=-3), x)
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8], ids=str)
+def test_a_number_the_dtype_cannot_hold_wraps_in_binary_ops_and_is_refused_elsewhere(dtype):
+    """``image < 256``: torch's binary ops convert a Python number operand to the tensor's dtype,
+    wrapping (256 is 0 to uint8); turbine raised "value cannot be converted". torch's other ops
+    (fills, clamp) refuse such a number, and so does turbine, in torch's words."""
+    x = torch.tensor([-5, 0, 1, 100, 127], dtype=torch.int64).to(dtype)
+    for fn in (
+        lambda t: t < 256, lambda t: t == 256, lambda t: t != 300, lambda t: t >= -200, lambda t: t + 256,
+        lambda t: 300 - t, lambda t: t * 300, lambda t: t % 300, lambda t: t & 300, lambda t: t.clone().add_(300),
+    ):
+        check(fn, x)
+    for fn in (lambda t: torch.full((3,), 256, dtype=t.dtype, device=t.device), lambda t: t.masked_fill(t > 3, 300)):
+        with pytest.raises(RuntimeError) as expected:
+            fn(x)
+        with pytest.raises(RuntimeError, match=str(expected.value).split(" type ")[0]):
+            fn(x.to(D))
+
+
 def test_rrelu_in_training_draws_torchs_slopes():
     x = torch.randn(40)
     torch.manual_seed(3)

@@ -13,7 +13,7 @@ from turbine.config import config
 from turbine.device import Buffer, BufferView, Device, join
 from turbine.eager import deferred, executors, fallback, runtime
 from turbine.eager.plans import STRUCTURES
-from turbine.eager.scalars import scalar_view
+from turbine.eager.scalars import scalar_view, wraps_its_operand
 from turbine.eager.schema import schema_of
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import DenseLayout, torch_device
@@ -50,6 +50,7 @@ class KernelPlan:
         self.forget: Callable[[], None] = lambda: None
         self.signature = signature
         self.scalar_dtypes = scalar_dtypes
+        self.wraps = wraps_its_operand(func)
         self.layouts = layouts  # (shape, dtype), or None, per output
         self.outputs = [None if layout is None else DenseLayout(*layout) for layout in layouts]
         self.torch_device = torch_device(device)
@@ -136,7 +137,11 @@ class KernelPlan:
         return self.structure([None if layout is None else layout.make(buffer, None, torch_device) for layout, buffer in zip(self.outputs, pending)])
 
     def _scalar_views(self, leaves: Leaves) -> list:
-        return [scalar_view(self.device, value, dtype) for value, dtype in zip(leaves.scalars, self.scalar_dtypes)]
+        device, wraps = self.device, self.wraps
+        return [
+            scalar_view(device, value, dtype, wraps and not i)
+            for i, (value, dtype) in enumerate(zip(leaves.scalars, self.scalar_dtypes))
+        ]
 
     def record(self) -> tuple | None:
         """None until the kernel has compiled, and for a kernel that failed: no later process

@@ -15,13 +15,33 @@ from turbine.eager.dtypes import ELEMENT_TYPES
 
 
 
-def scalar_view(device: Device, value: Any, dtype: torch.dtype) -> BufferView:
-    """A 0-d device buffer holding a runtime scalar (Python numbers are reused from a small cache)."""
+def scalar_view(device: Device, value: Any, dtype: torch.dtype, wraps: bool = False) -> BufferView:
+    """A 0-d device buffer holding a runtime scalar (Python numbers are reused from a small cache).
+
+    An int ``dtype`` cannot hold raises torch's overflow error, unless the op ``wraps`` it as
+    torch's binary ops do (``uint8_image < 256`` compares with 0, as in torch)."""
     if isinstance(value, torch.Tensor):
         return _upload_scalar(device, value.to(dtype))
     # float.hex tells -0.0 from 0.0 (equal, and equal hashes, as dict keys) and lets NaN hit.
     key = (type(value), value.hex() if type(value) is float else value, dtype)
+    if wraps and type(value) is int:
+        return _kept(device, (*key, "wrapped"), lambda: torch.tensor(value).to(dtype))
     return _kept(device, key, lambda: torch.tensor(value, dtype=dtype))
+
+
+#: Binary ops whose Python number operand torch makes a 0-d int64 tensor and converts to the
+#: tensor's dtype, wrapping (uint8 + 300 adds 44); torch's other ops refuse a number their dtype
+#: cannot hold (fill, clamp, masked_fill, where, an alpha).
+_WRAPPING = frozenset(
+    "add sub rsub mul div true_divide floor_divide remainder fmod bitwise_and bitwise_or bitwise_xor "
+    "and or xor iand ior ixor eq ne lt le gt ge bitwise_left_shift bitwise_right_shift lshift rshift "
+    "ilshift irshift".split()
+)
+
+
+def wraps_its_operand(func: Any) -> bool:
+    """Whether ``func``'s first runtime scalar, a Python number operand, wraps to its dtype."""
+    return func.overloadpacket.__name__.strip("_") in _WRAPPING
 
 
 def int_vector(device: Device, values: tuple[int, ...]) -> BufferView:
