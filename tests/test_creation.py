@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import turbine
-from checks import D
+from checks import D, check
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int16, torch.int32,
           torch.int64, torch.uint8, torch.bool]
@@ -270,3 +270,15 @@ def test_a_tensor_made_from_a_list_of_zero_dim_turbine_tensors():
     made = torch.tensor([[on_device[0, 1]], [2.5]], device=D, dtype=torch.float64)
     assert isinstance(made, turbine.DeviceTensor)
     assert torch.equal(made.cpu(), torch.tensor([[x[0, 1]], [2.5]], dtype=torch.float64))
+
+
+def test_uint8_zeros_and_ones_run_on_iree():
+    """A uint8 constant does not compile (torch-mlir typed its literal si8): zeros_like(image) and
+    friends, common in image code, ran on the fallback, and torch.zeros(..., uint8) on the host."""
+    image = torch.randint(0, 256, (2, 5), dtype=torch.uint8)
+    for fn in (
+        torch.zeros_like, torch.ones_like, lambda t: t.new_zeros(3), lambda t: t.new_ones((2, 2)),
+        lambda t: torch.where(t > 128, t, torch.zeros_like(t)), lambda t: torch.zeros_like(t.float(), dtype=torch.uint8),
+        lambda t: torch.zeros(4, 3, dtype=torch.uint8, device=t.device) + torch.ones((3,), dtype=torch.uint8, device=t.device),
+    ):
+        check(fn, image)

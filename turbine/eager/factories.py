@@ -63,6 +63,10 @@ def create(func: Callable, args: tuple, kwargs: dict, device: Device) -> torch.T
         name = func.__name__
     if name in _NO_BOOL and kwargs.get("dtype") is torch.bool:  # turbine's kernel would give values
         raise NotImplementedError(f"\"{name}_{device.kind}\" not implemented for 'Bool'")
+    if name in ("zeros", "ones") and kwargs.get("dtype") is torch.uint8:
+        # a uint8 constant does not compile (ops/corrections.py's _unsigned_filled): a full
+        args, kwargs = (tuple(func(*args, device="meta", **kwargs).shape), int(name == "ones")), {"dtype": torch.uint8}
+        func, name = torch.full, "full"
     if isinstance(args[0] if args else None, DeviceTensor):
         result = func(*args, device=torch.device("turbine", device.index), **kwargs)
     elif name in RANDOM or name in FROM_DATA:

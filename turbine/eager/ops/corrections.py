@@ -162,6 +162,25 @@ def _relu_checked(func: Any, args: tuple, kwargs: dict) -> Continue:
 
 
 declare([_aten.relu.default, _aten.relu_.default], "relu of booleans raises torch's error", handler=_relu_checked)
+
+
+def _unsigned_filled(func: Any, args: tuple, kwargs: dict) -> Any:
+    """zeros_like, ones_like, new_zeros and new_ones of uint8 as full_like and new_full, whose
+    fill value is a kernel input: a uint8 constant does not compile (torch-mlir typed its literal
+    si8 against the result's ui8), so these ran on the fallback."""
+    if (kwargs.get("dtype") or args[0].dtype) != torch.uint8:
+        return Continue(args, kwargs)
+    fill = 0 if "zeros" in func.__name__ else 1
+    if func in (_aten.zeros_like.default, _aten.ones_like.default):
+        return _aten.full_like.default(args[0], fill, **kwargs)
+    return _aten.new_full.default(args[0], args[1], fill, **kwargs)
+
+
+declare(
+    [_aten.zeros_like.default, _aten.ones_like.default, _aten.new_zeros.default, _aten.new_ones.default],
+    "a uint8 constant does not compile: uint8 fills take their value as a kernel input",
+    handler=_unsigned_filled,
+)
 for _op in (_aten.leaky_relu_backward.default, _aten.softshrink.default):
     declare(_op, "IREE's lowering took the wrong branch for many elements; torch's decomposition is right", correction=_decomposed(_op))
 declare(_aten.select_scatter.default, "IREE 3.13 wrote a negative index to the wrong place", correction=_select_scatter)
