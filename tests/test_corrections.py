@@ -839,3 +839,15 @@ def test_addmm_does_not_read_the_term_whose_factor_is_zero():
     for factors in ({"alpha": 0}, {"alpha": 0, "beta": -2}, {"alpha": 0, "beta": 0}):
         check(lambda c, a, b: torch.addmm(c, a, b, **factors), c.nan_to_num(), infinite, b)
         check(lambda c, a, b: torch.addmm(c, a, b, **factors), c[1], infinite, b)
+
+
+@pytest.mark.parametrize("dtype", INTEGERS, ids=str)
+def test_shifts_run_on_iree_at_every_shift_amount(dtype):
+    """``x >> 4`` and ``x << y`` fell back (torch-mlir lowers no __rshift__); shifts by a negative
+    amount or past the width give torch's 0 or sign fill."""
+    info = torch.iinfo(dtype)
+    x = torch.tensor([info.min, -77, -1, 0, 1, 77, info.max] * 12).clamp(info.min, info.max).to(dtype)
+    amounts = torch.arange(0 if dtype == torch.uint8 else -6, 84)[: x.numel()].to(dtype)
+    for fn in (lambda a, b: a >> b, lambda a, b: a << b, lambda a, b: a.clone().__irshift__(b), lambda a, b: a.clone().__iand__(b)):
+        check(fn, x, amounts)
+    check(lambda a: (a >> 4, a << 2, a >> 70), x)

@@ -193,8 +193,9 @@ def functional_variant(func: torch._ops.OpOverload) -> torch._ops.OpOverload | N
     schema = schema_of(func)
     if schema.out_names:
         packet = func.overloadpacket
-    elif name.endswith("_"):
-        packet = getattr(torch.ops.aten, name[:-1], None)
+    elif name.endswith("_"):  # add_, or a Python in-place operator: __iand__ writes what __and__ returns
+        dunder = name.startswith("__i") and name.endswith("__")
+        packet = getattr(torch.ops.aten, f"__{name[3:]}" if dunder else name[:-1], None)
         if packet is None:
             return None
     else:

@@ -176,6 +176,25 @@ def _unsigned_filled(func: Any, args: tuple, kwargs: dict) -> Any:
     return _aten.new_full.default(args[0], args[1], fill, **kwargs)
 
 
+def _left_shift(x: torch.Tensor, amount: Any) -> torch.Tensor:
+    """``x << amount`` by its other name: torch runs both with one kernel, and torch-mlir lowers
+    only this one (IREE's is exact at every amount, negative or past the width too)."""
+    if isinstance(amount, torch.Tensor):
+        return _aten.bitwise_left_shift.Tensor(x, amount)
+    return _aten.bitwise_left_shift.Tensor_Scalar(x, amount)
+
+
+def _right_shift(x: torch.Tensor, amount: Any) -> torch.Tensor:
+    """``x >> amount`` by its other name (see ``_left_shift``)."""
+    if isinstance(amount, torch.Tensor):
+        return _aten.bitwise_right_shift.Tensor(x, amount)
+    return _aten.bitwise_right_shift.Tensor_Scalar(x, amount)
+
+
+declare([_aten.__lshift__.Tensor, _aten.__lshift__.Scalar], "torch-mlir does not lower <<", correction=_left_shift)
+declare([_aten.__rshift__.Tensor, _aten.__rshift__.Scalar], "torch-mlir does not lower >>", correction=_right_shift)
+
+
 declare(
     [_aten.zeros_like.default, _aten.ones_like.default, _aten.new_zeros.default, _aten.new_ones.default],
     "a uint8 constant does not compile: uint8 fills take their value as a kernel input",
