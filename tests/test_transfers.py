@@ -1,11 +1,13 @@
 """Buffers stay on the device: host transfers happen only when the user reads."""
 
 
+import numpy as np
 import pytest
 import torch
 
 import turbine
 from checks import D
+from turbine.device import upload
 
 
 
@@ -104,3 +106,16 @@ def test_empty_tensors_of_every_dtype_upload(dtype):
     grown = torch.cat([empty, torch.ones(3, dtype=dtype, device=D)])
     torch.testing.assert_close(grown.cpu(), torch.ones(3, dtype=dtype))
     assert torch.empty(2, 0, 3, dtype=dtype).to(D).cpu().shape == (2, 0, 3)
+
+
+def test_a_read_through_staging_memory_takes_a_buffer_larger_than_the_bytes_read():
+    """A GPU's memory is read through a host-visible staging buffer, filled by IREE's queue_copy,
+    which copies the whole source: a staging buffer of only the bytes wanted (a storage that
+    resize_ grew in place holds more) was refused ("Source and buffer length must be less than
+    the target buffer length"). The CPU's memory needs no staging, so the copy is asked for here."""
+    device = torch.empty(0, device=D).turbine_device
+    values = np.arange(5, dtype=np.float32)
+    source = upload(device, values)
+    staging = device.staging_copy(source.hal, 16)
+    mapped = staging.map().asarray((staging.byte_length(),), np.dtype(np.uint8))
+    assert np.array_equal(mapped[:16].view(np.float32), values[:4])
