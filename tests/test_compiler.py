@@ -130,3 +130,16 @@ def test_a_background_compile_whose_first_lowering_fails_to_trace_tries_the_next
     failing = kernel_cache.start(("test: no lowering traces",), device, [broken], "nothing")
     with pytest.raises(turbine.CompileError, match="turbine could not lower it: RuntimeError: no trace"):
         failing.result()
+
+
+def test_a_compiler_crash_fails_the_op_for_the_session_only(fresh_cache):
+    """A crash is not kept on disk with the failures later processes skip: one seen once (a
+    SIGSEGV on a uint8 sum) did not recur, yet every later process had sent that op to the
+    fallback."""
+    from turbine.kernels_cache import kernel_cache
+
+    crashing = lowering.lower(lambda x: [aten.view.default(x, [5, 0])], [((0, 5), torch.float32)])
+    device = torch.empty(0, device="turbine:cpu").turbine_device
+    with pytest.raises(turbine.CompilerCrash, match="crashed"):
+        kernel_cache.kernel(("test: a compiler crash",), device, lambda: crashing, "a crashing view")
+    assert not fresh_cache.failures()

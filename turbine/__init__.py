@@ -40,6 +40,7 @@ from turbine.eager.profiling import Profile, profile
 from turbine.errors import (
     CompileError,
     CompileTimeout,
+    CompilerCrash,
     DeviceNotFoundError,
     TurbineError,
     UnsupportedDtypeError,
@@ -75,6 +76,7 @@ def current_device() -> Device:
 __all__ = [
     "CompileError",
     "CompileTimeout",
+    "CompilerCrash",
     "Device",
     "DeviceNotFoundError",
     "DeviceTensor",

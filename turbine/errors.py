@@ -32,6 +32,12 @@ class CompileTimeout(CompileError):
     much may not be next time."""
 
 
+class CompilerCrash(CompileError):
+    """The IREE compiler process died on a kernel (a signal). Kept for the session only, as a
+    timeout is: a SIGSEGV seen once on a uint8 sum did not come back, yet a failure kept on disk
+    had sent that op to the fallback in every later process."""
+
+
 class UnsupportedOpError(TurbineError):
     """An op that no executor can run on a turbine device."""
 

@@ -21,7 +21,7 @@ from typing import Callable, Protocol, Sequence
 from turbine.config import config
 from turbine.counters import counters
 from turbine.device import Device
-from turbine.errors import CompileError, CompileTimeout
+from turbine.errors import CompileError, CompilerCrash, CompileTimeout
 from turbine.kernels_cache import bundles
 from turbine.kernels_cache.compiler import compile_mlir
 from turbine.kernels_cache.kernel import Kernel, LoadedModule
@@ -390,7 +390,8 @@ class KernelCache:
         try:
             vmfb, text, alternative = _compile_first(lower if isinstance(lower, Sequence) else [lower], target)
         except CompileError as error:
-            failure = CompileError(
+            kind = type(error) if isinstance(error, _SESSION_ONLY) else CompileError  # catchable as what it was
+            failure = kind(
                 f"IREE could not compile {describe} for {target.backend} ({target.arch or 'default'}):\n{error}\n"
                 "turbine runs such ops by its fallback policy (TURBINE_FALLBACK).",
                 error.diagnostics,
@@ -398,7 +399,7 @@ class KernelCache:
             with self._lock:
                 counters.compile_failures += 1
                 self._failed[key] = failure
-            if self.store is not None and not isinstance(error, CompileTimeout):  # a timeout: this session's
+            if self.store is not None and not isinstance(error, _SESSION_ONLY):
                 self.store.save_failure(digest, str(error), {"op": describe})
             raise copy.copy(failure) from None
         finally:
@@ -445,6 +446,10 @@ def _first_lowered_here(lower: Callable[[], str] | Sequence[Callable[[], str]]) 
     return lowerings
 
 
+#: Failures kept for the session, not on disk: another process may well compile the kernel.
+_SESSION_ONLY = (CompileTimeout, CompilerCrash)
+
+
 def _raise(error: Exception) -> str:
     raise error
 
@@ -475,7 +480,7 @@ def _compile_first(lowerings: Sequence[Callable[[], str]], target: Target) -> tu
     if not others:
         raise first
     lines = "\n".join(f"alternative {i + 1}: {_first_line(str(e))}" for i, e in others)
-    kind = CompileTimeout if any(isinstance(e, CompileTimeout) for _, e in errors) else CompileError
+    kind = next((type(e) for _, e in errors if isinstance(e, _SESSION_ONLY)), CompileError)
     raise kind(f"{first}\n{lines}", first.diagnostics)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 from turbine.config import config
-from turbine.errors import CompileError, CompileTimeout
+from turbine.errors import CompileError, CompilerCrash, CompileTimeout
 from turbine.kernels_cache import compile_worker
 from turbine.kernels_cache.target import Target
 
@@ -58,7 +58,7 @@ class _CompilerProcess:
                 "sets the limit in seconds, 0 for none); the next compile starts a new compiler process."
             )
         if reply is None:
-            raise CompileError(
+            raise CompilerCrash(
                 f"the IREE compiler crashed on this kernel ({self.crash_report()}); your session goes on "
                 "and the next compile starts a new compiler process."
             )
