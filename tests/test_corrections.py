@@ -393,7 +393,10 @@ def test_a_number_the_dtype_cannot_hold_wraps_in_binary_ops_and_is_refused_elsew
         lambda t: 300 - t, lambda t: t * 300, lambda t: t % 300, lambda t: t & 300, lambda t: t.clone().add_(300),
     ):
         check(fn, x)
-    for fn in (lambda t: torch.full((3,), 256, dtype=t.dtype, device=t.device), lambda t: t.masked_fill(t > 3, 300)):
+    for fn in (
+        lambda t: torch.full((3,), 256, dtype=t.dtype, device=t.device), lambda t: t.masked_fill(t > 3, 300),
+        lambda t: torch.full_like(t, 256), lambda t: t.new_full((2,), -300),
+    ):
         with pytest.raises(RuntimeError) as expected:
             fn(x)
         with pytest.raises(RuntimeError, match=str(expected.value).split(" type ")[0]):

@@ -20,7 +20,7 @@ from turbine.device import NO_WAIT, Device, sizes_carrier
 from turbine.eager import dynamic, lowering, runtime
 from turbine.eager.dtypes import check_dtype
 from turbine.eager.dtypes import ELEMENT_TYPES, STORAGE_ONLY
-from turbine.eager.scalars import int_vector, number_dtype, scalar_view
+from turbine.eager.scalars import check_fill_value, int_vector, number_dtype, scalar_view
 from turbine.eager.tensor import DeviceTensor, empty, wrap
 from turbine.eager.transfer import to_device
 from turbine.errors import CompileError
@@ -134,22 +134,10 @@ def _run_factory_kernel(func: Callable, name: str, args: tuple, kwargs: dict, de
             return to_device(func(*args, device="cpu", **kwargs), device)
         entry = kernels[key] = (kernel, sizes, meta.dtype)
     kernel, sizes, dtype = entry
-    _check_fill(fill, dtype)
+    check_fill_value(fill, dtype)
     views = [] if fill is None else [scalar_view(device, fill, number_dtype(fill))]
     ((buffer, view),) = kernel.launch(views, NO_WAIT)
     return wrap(buffer, dtype, sizes, view)
-
-
-def _check_fill(fill: int | float | None, dtype: torch.dtype) -> None:
-    """torch's refusal of an integer fill value its dtype cannot hold (``full(s, 256,
-    dtype=torch.uint8)``), which the kernel, converting the value, would wrap."""
-    if type(fill) is int and dtype in _NARROW_INTEGERS:
-        info = torch.iinfo(dtype)
-        if not info.min <= fill <= info.max:
-            torch.full((), fill, dtype=dtype)  # raises torch's error where torch refuses the value
-
-
-_NARROW_INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32)
 
 
 def _traced(func: Callable, args: tuple, kwargs: dict, name: str) -> Callable[..., list[torch.Tensor]]:
@@ -186,7 +174,7 @@ def _generic_factory(
         fill = {"zeros": 0, "ones": 1}.get(name, fill)
         if fill is None:
             return None  # a bool or tensor fill value: compiled in
-        _check_fill(fill, meta.dtype)
+        check_fill_value(fill, meta.dtype)
         values = scalar_view(device, fill, number_dtype(fill))
         key: tuple = ("torch.full", meta.dim(), str(meta.dtype), str(number_dtype(fill)))
         geometry: tuple = tuple(meta.shape)

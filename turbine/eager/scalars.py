@@ -44,6 +44,18 @@ def wraps_its_operand(func: Any) -> bool:
     return func.overloadpacket.__name__.strip("_") in _WRAPPING
 
 
+def check_fill_value(fill: Any, dtype: torch.dtype) -> None:
+    """torch's refusal of an integer fill value its dtype cannot hold (``full(s, 256,
+    dtype=torch.uint8)``, ``full_like``), which a kernel, converting the value, would wrap."""
+    if type(fill) is int and dtype in _NARROW_INTEGERS:
+        info = torch.iinfo(dtype)
+        if not info.min <= fill <= info.max:
+            torch.full((), fill, dtype=dtype)  # raises torch's error where torch refuses the value
+
+
+_NARROW_INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32)
+
+
 def int_vector(device: Device, values: tuple[int, ...]) -> BufferView:
     """A 1-D int64 device buffer of ``values`` (a view's strides and offset, a factory's sizes'
     companions), kept like numbers so that a loop over the same views uploads nothing."""

@@ -12,6 +12,7 @@ import torch
 
 from turbine.eager import decompositions
 from turbine.eager.registry import Continue, declare
+from turbine.eager.scalars import check_fill_value
 from turbine.eager.schema import as_call, bound_arguments
 
 _aten = torch.ops.aten
@@ -195,6 +196,15 @@ declare([_aten.__lshift__.Tensor, _aten.__lshift__.Scalar], "torch-mlir does not
 declare([_aten.__rshift__.Tensor, _aten.__rshift__.Scalar], "torch-mlir does not lower >>", correction=_right_shift)
 
 
+def _fill_checked(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """torch refuses a fill value the dtype cannot hold (``full_like(uint8_image, 256)``); the
+    kernel, converting the value, wrapped it."""
+    bound = bound_arguments(func, args, kwargs)
+    check_fill_value(bound["fill_value"], bound.get("dtype") or bound["self"].dtype)
+    return Continue(args, kwargs)
+
+
+declare([_aten.full_like.default, _aten.new_full.default], "a fill value the dtype cannot hold raises torch's error", handler=_fill_checked)
 declare(
     [_aten.zeros_like.default, _aten.ones_like.default, _aten.new_zeros.default, _aten.new_ones.default],
     "a uint8 constant does not compile: uint8 fills take their value as a kernel input",
