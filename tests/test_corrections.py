@@ -854,3 +854,29 @@ def test_shifts_run_on_iree_at_every_shift_amount(dtype):
     for fn in (lambda a, b: a >> b, lambda a, b: a << b, lambda a, b: a.clone().__irshift__(b), lambda a, b: a.clone().__iand__(b)):
         check(fn, x, amounts)
     check(lambda a: (a >> 4, a << 2, a >> 70), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.uint8], ids=str)
+def test_an_integer_division_by_zero_raises_torchs_error_and_never_traps(dtype):
+    """x // 0, x % 0, fmod and div(rounding_mode) of integers by 0 killed the process (SIGFPE in
+    IREE's kernel), as did the most negative value divided by -1. torch's CPU raises
+    "ZeroDivisionError"; turbine raises it for a number at once, for a tensor's 0 at the next read."""
+    x = torch.tensor([5, 7, 0, 100], dtype=dtype)
+    zeros = torch.tensor([0, 2, 1, 3], dtype=dtype)
+    for fn in (
+        lambda a, b: a // b, lambda a, b: a % b, torch.fmod, lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+        lambda a, b: torch.div(a, b, rounding_mode="floor"), lambda a, b: a.clone().remainder_(b),
+    ):
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            fn(x, zeros)
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            fn(x.to(D), zeros.to(D)).cpu()
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            fn(x.to(D), 0)
+        check(fn, x, zeros + 1)  # and the device goes on
+    if dtype != torch.uint8:
+        info = torch.iinfo(dtype)
+        smallest = torch.tensor([info.min, info.min, -7, 7], dtype=dtype)
+        minus_one = torch.tensor([-1, 3, -1, -1], dtype=dtype)
+        for fn in (lambda a, b: a // b, lambda a, b: a % b, torch.fmod, lambda a, b: a // -1):
+            check(fn, smallest, minus_one)

@@ -63,8 +63,10 @@ def fmod(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     a power of two so that each quotient has at most 28 bits: every product and difference is
     then exact. float64 and integers go to IREE's own op."""
     dtype = torch.result_type(x, other)
-    if not dtype.is_floating_point or dtype == torch.float64:
+    if dtype == torch.float64:
         return aten.fmod.Tensor(x, other)
+    if not dtype.is_floating_point:  # x fmod -1 is x fmod 1; by 0, reported at the next read (ops/bounds.py)
+        return aten.fmod.Tensor(x, torch.where((other == 0) | (other == -1), 1, other))
     shape = torch.broadcast_shapes(x.shape, other.shape)
     wide_x = x.to(torch.float64).expand(shape).reshape(-1)  # 1-d: IREE cannot reinterpret 0-d tensors
     wide_y = other.to(torch.float64).expand(shape).reshape(-1)

@@ -46,9 +46,25 @@ def floor_quotient(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     dtype = torch.result_type(x, other)
     work = torch.int32 if dtype in _NARROW else dtype
     x, other = x.to(work), other.to(work)
-    quotient = aten.div.Tensor_mode(x, other, rounding_mode="trunc")
-    rounded_up = (quotient * other != x) & ((x < 0) != (other < 0))
+    quotient = truncated_quotient(x, other)
+    rounded_up = (quotient * other != x) & ((x < 0) != (other < 0)) & (other != 0)
     return (quotient - rounded_up.to(work)).to(dtype)
+
+
+def truncated_quotient(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """x / other truncated, for integer tensors, without the divisions that trap on the CPU (a
+    SIGFPE that killed the process): by 0 (x is given; ops/bounds.py reports torch's error at the
+    next read) and the most negative value by -1 (-x, wrapping to itself as torch's kernel does)."""
+    quotient = aten.div.Tensor_mode(x, _safe_divisor(other), rounding_mode="trunc")
+    return torch.where(other == -1, 0 - x, quotient)
+
+
+def remainder(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """Integer remainder without the divisions that trap (see ``truncated_quotient``): x % -1 is
+    x % 1, and a 0 divisor gives 0 (reported at the next read)."""
+    if _exact(torch.result_type(x, other)):
+        return aten.remainder.Tensor(x, other)
+    return aten.remainder.Tensor(x, _safe_divisor(other))
 
 
 def floor_divide(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
@@ -59,8 +75,12 @@ def floor_divide(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
 
 def div_mode(x: torch.Tensor, other: torch.Tensor, *, rounding_mode: str | None = None) -> torch.Tensor:
     """``div`` with a rounding mode: floor division of integers exactly, the rest as IREE does it."""
-    if rounding_mode != "floor" or _exact(torch.result_type(x, other)):
+    if rounding_mode is None or _exact(torch.result_type(x, other)):
         return aten.div.Tensor_mode(x, other, rounding_mode=rounding_mode)
+    if rounding_mode == "trunc":  # narrow integers in int32, which IREE 3.13 compiles exactly
+        dtype = torch.result_type(x, other)
+        work = torch.int32 if dtype in _NARROW else dtype
+        return truncated_quotient(x.to(work), other.to(work)).to(dtype)
     return floor_quotient(x, other)
 
 

@@ -295,7 +295,33 @@ def one_hot(tensor: DeviceTensor, num_classes: int = -1) -> torch.Tensor:
     return torch.nn.functional.one_hot(tensor, num_classes)
 
 
+def _divisor_checked(func: Any, args: tuple, kwargs: dict) -> Continue:
+    """An integer division by 0 raises torch's CPU error ("ZeroDivisionError"): at once for a
+    number, at the next read for a tensor's 0 (its kernel divides by 1 there: a division by 0
+    trapped and killed the process). torch's CUDA kernels give garbage without an error."""
+    named = bound_arguments(func, args, kwargs)
+    x, other = named["self"], named["other"]
+    if named.get("rounding_mode", "") is None:
+        return Continue(args, kwargs)  # true division: floats
+    dtype = torch.result_type(x, other)
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        return Continue(args, kwargs)
+    if isinstance(other, DeviceTensor):
+        if other.numel():
+            checked((other != 0).reshape(-1).to(torch.int64), 1, 2, lambda value, position: RuntimeError("ZeroDivisionError"))
+    elif (other.item() if isinstance(other, torch.Tensor) else other) == 0 and x.numel():  # torch divides no element
+        raise RuntimeError("ZeroDivisionError")
+    return Continue(args, kwargs)
+
+
+_DIVISIONS = [
+    aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default, aten.floor_divide.Scalar,
+    aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor, aten.fmod.Tensor, aten.fmod.Scalar,
+]
+
+
 declare(list(_ALONG_A_DIM), "its index is checked against the size of the dim it indexes (eager/index_checks.py)", handler=_along_a_dim)
+declare(_DIVISIONS, "an integer divisor's 0 raises torch's error (eager/index_checks.py reports it)", handler=_divisor_checked)
 declare([aten.take.default, aten.put.default], "its indices are checked against the tensor's element count", handler=_flat_index)
 declare([aten.max_unpool2d.default, aten.max_unpool3d.default], "its indices are checked against the output plane", handler=_max_unpool)
 declare(

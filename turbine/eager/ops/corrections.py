@@ -328,7 +328,8 @@ declare(_aten.gelu_backward.default, "so was its gradient", correction=_decompos
 declare(_aten.ldexp.Tensor, "IREE's was an ulp off (9.2e17 * 2**32 in float32)", correction=decompositions.bits.ldexp)
 declare(_aten.neg.default, "IREE negated int32 and int64 through float32: -(2**30 + 1) gave -2**30", correction=decompositions.integers.neg)
 declare(_aten.floor_divide.default, "IREE floor-divided int64 through float64 (wrong above 2**53) and could not compile int8", correction=decompositions.integers.floor_divide)
-declare(_aten.div.Tensor_mode, "the same for div(rounding_mode='floor')", correction=decompositions.integers.div_mode)
+declare(_aten.div.Tensor_mode, "the same for div(rounding_mode='floor'); trunc without the divisions that trap", correction=decompositions.integers.div_mode)
+declare(_aten.remainder.Tensor, "an integer division by 0 or of the most negative value by -1 trapped (SIGFPE)", correction=decompositions.integers.remainder)
 
 
 def _in_common_dtype(func: Any, args: tuple, kwargs: dict) -> Continue:
