@@ -9,6 +9,7 @@ from typing import Callable
 import torch
 
 from turbine.eager.decompositions._common import floating, registers
+from turbine.eager.decompositions.integers import safe_divisor
 
 aten = torch.ops.aten
 
@@ -66,7 +67,7 @@ def fmod(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     if dtype == torch.float64:
         return aten.fmod.Tensor(x, other)
     if not dtype.is_floating_point:  # x fmod -1 is x fmod 1; by 0, reported at the next read (ops/bounds.py)
-        return aten.fmod.Tensor(x, torch.where((other == 0) | (other == -1), 1, other))
+        return aten.fmod.Tensor(x, safe_divisor(other))
     shape = torch.broadcast_shapes(x.shape, other.shape)
     wide_x = x.to(torch.float64).expand(shape).reshape(-1)  # 1-d: IREE cannot reinterpret 0-d tensors
     wide_y = other.to(torch.float64).expand(shape).reshape(-1)

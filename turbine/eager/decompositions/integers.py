@@ -55,7 +55,7 @@ def truncated_quotient(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     """x / other truncated, for integer tensors, without the divisions that trap on the CPU (a
     SIGFPE that killed the process): by 0 (x is given; ops/bounds.py reports torch's error at the
     next read) and the most negative value by -1 (-x, wrapping to itself as torch's kernel does)."""
-    quotient = aten.div.Tensor_mode(x, _safe_divisor(other), rounding_mode="trunc")
+    quotient = aten.div.Tensor_mode(x, safe_divisor(other), rounding_mode="trunc")
     return torch.where(other == -1, 0 - x, quotient)
 
 
@@ -64,7 +64,7 @@ def remainder(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     x % 1, and a 0 divisor gives 0 (reported at the next read)."""
     if _exact(torch.result_type(x, other)):
         return aten.remainder.Tensor(x, other)
-    return aten.remainder.Tensor(x, _safe_divisor(other))
+    return aten.remainder.Tensor(x, safe_divisor(other))
 
 
 def floor_divide(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
@@ -95,7 +95,7 @@ def _euclid_steps(dtype: torch.dtype) -> int:
     return steps + 1
 
 
-def _safe_divisor(divisor: torch.Tensor) -> torch.Tensor:
+def safe_divisor(divisor: torch.Tensor) -> torch.Tensor:
     """``divisor`` with 1 for 0 and -1, whose divisions trap on the CPU (by zero, and the most
     negative value by -1); the caller takes those results from elsewhere (x % -1 is x % 1)."""
     return torch.where((divisor == 0) | (divisor == -1), 1, divisor)
@@ -121,7 +121,7 @@ def gcd(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     a, b = _wrapped_abs(x.to(work), dtype), _wrapped_abs(other.to(work), dtype)
     for _ in range(_euclid_steps(dtype)):
         going = a != 0
-        a, b = torch.where(going, aten.fmod.Tensor(b, _safe_divisor(a)), a), torch.where(going, a, b)
+        a, b = torch.where(going, aten.fmod.Tensor(b, safe_divisor(a)), a), torch.where(going, a, b)
     return b.to(dtype)
 
 
@@ -133,8 +133,7 @@ def lcm(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     divisor = gcd(x, other)
     work = torch.int32 if dtype in (*_NARROW, torch.uint8) else dtype
     x, other, divisor = x.to(work), other.to(work), divisor.to(work)
-    quotient = aten.div.Tensor_mode(x, _safe_divisor(divisor), rounding_mode="trunc")
-    quotient = torch.where(divisor == -1, 0 - x, quotient)
+    quotient = truncated_quotient(x, divisor)
     return torch.where(divisor == 0, 0, _wrapped_abs(quotient * other, work)).to(dtype)
 
 
