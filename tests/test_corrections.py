@@ -880,3 +880,19 @@ def test_an_integer_division_by_zero_raises_torchs_error_and_never_traps(dtype):
         minus_one = torch.tensor([-1, 3, -1, -1], dtype=dtype)
         for fn in (lambda a, b: a // b, lambda a, b: a % b, torch.fmod, lambda a, b: a // -1):
             check(fn, smallest, minus_one)
+
+
+@pytest.mark.parametrize("dynamic", ["off", "all"])
+def test_a_correction_over_the_count_divides_by_zero_as_torch_does(dynamic):
+    """torch divides by max(0, N - correction): inf, or NaN where every number is the mean."""
+    with override(dynamic=dynamic):
+        for n in (3, 5):
+            x = torch.randn(4, n)
+            x[0] = 1.0  # a row of equal numbers: 0 / 0
+            for correction in (1, 2, 2.5, n, 6):
+                check(lambda t: t.var(1, correction=correction), x, equal_nan=True)
+                check(lambda t: torch.std_mean(t, -1, correction=correction, keepdim=True), x, equal_nan=True)
+        x = torch.randn(2, 3)
+        check(lambda t: t.std(correction=9), x, equal_nan=True)
+        check(lambda t: torch.var_mean(t.double(), [0, 1], correction=7.5), x, equal_nan=True)
+        check(lambda t: t.half().var(0, correction=3), x, equal_nan=True)

@@ -389,3 +389,5 @@ declare(
     "the one prims op torch's aten-level decompositions emit (upsampling, grid sampling)",
     decomposition=_convert_element_type,
 )
+for _op, _correction in decompositions.moments.CORRECTED.items():
+    declare(_op, "torch-mlir divides by N - correction as it is: a correction over the count gave a negative variance", correction=_correction)
