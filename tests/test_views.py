@@ -270,3 +270,55 @@ def test_writing_an_expanded_view_with_no_elements_is_allowed_as_in_torch():
     for device in ("cpu", D):
         empty = torch.zeros(2, 0, 1, device=device).expand(2, 0, 4)
         assert empty.mul_(torch.ones(4, device=device)).shape == (2, 0, 4)
+
+
+_PARTLY_SHARED = {
+    "copy_ of the next elements": lambda y: y[1:].copy_(y[:-1]),
+    "out= over the input shifted": lambda y: torch.mul(y[:-1], 2, out=y[1:]),
+    "in place with the transpose": lambda y: y[:4].view(2, 2).add_(y[:4].view(2, 2).t()),
+    "in place with one of its elements": lambda y: y[1:].add_(y[2]),
+    "index_put_ of its own elements": lambda y: y[1:].index_put_((torch.tensor([0, 1], device=y.device),), y[:2]),
+    "clamp_ by its neighbours": lambda y: y[1:].clamp_(y[:-1], None),
+}
+_NOT_SHARED_ENOUGH = {
+    "the same tensor": lambda y: y.add_(y),
+    "another view of the same elements": lambda y: y.view(2, 3).mul_(y.view(2, 3).t().t()),
+    "disjoint halves": lambda y: y[:3].add_(y[3:]),
+    "interleaved, neither dense": lambda y: y[::2].mul_(y[1::2]),
+    "an element outside": lambda y: y[1:].sub_(y[0]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PARTLY_SHARED))
+def test_an_input_that_partly_shares_the_written_memory_raises_as_torch_does(name):
+    """turbine reads every input before it writes, so it computed an answer where torch's result
+    would depend on its order of reads and writes, and torch refuses."""
+    write = _PARTLY_SHARED[name]
+    base = torch.arange(6.0)
+    ours = base.to(D)
+    with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor") as theirs:
+        write(base)
+    with pytest.raises(RuntimeError, match=str(theirs.value)[:60]):
+        write(ours)
+    torch.testing.assert_close(ours.cpu(), torch.arange(6.0))
+
+
+@pytest.mark.parametrize("name", sorted(_NOT_SHARED_ENOUGH))
+def test_inputs_torch_lets_share_the_written_memory_are_written(name):
+    expected, actual = both(_NOT_SHARED_ENOUGH[name], torch.arange(6.0))
+    torch.testing.assert_close(actual, expected)
+
+
+def test_inputs_torch_does_not_check_are_read_before_the_write():
+    """Where torch writes without a check (an expanded input, a reduction's out=), its result
+    depends on its order of reads and writes; turbine's is that of reading every input first."""
+    unchecked = (
+        (lambda y: y[1:].add_(y[2:3].expand(5)), lambda y: y[1:].add_(y[2:3].clone().expand(5))),
+        (lambda y: torch.sum(y.view(2, 3), 0, out=y[1:4]), lambda y: torch.sum(y.view(2, 3).clone(), 0, out=y[1:4])),
+    )
+    for write, read_first in unchecked:
+        ours = torch.arange(6.0).to(D)
+        write(ours)
+        expected = torch.arange(6.0)
+        read_first(expected)
+        torch.testing.assert_close(ours.cpu(), expected)

@@ -181,6 +181,10 @@ class MutationPlan:
         self.returns = len(func._schema.returns)
         self.schema = schema
         self.fits = False  # whether results were checked to fit their tensors (dtypes are the plan's)
+        #: torch refuses an input that partly shares the written tensor's memory in its elementwise
+        #: ops and copies (TensorIterator's check) and index_put_; its other ops differ, some
+        #: writing without a check (``sum(out=)``, ``mm(out=)``).
+        self.checks_overlap = torch.Tag.pointwise in func.tags or func in _OVERLAP_CHECKED
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:
         out_names = self.out_names
@@ -190,6 +194,8 @@ class MutationPlan:
             targets = [args[i] if i < len(args) else kwargs[self.names[i]] for i in self.written]
         for target in targets:
             _check_no_internal_overlap(target)
+            if self.checks_overlap:
+                _check_no_partial_overlap(target, leaves.tensors)
         call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names}
         given = args, kwargs
         if self.reordered:
@@ -240,6 +246,47 @@ def _check_no_internal_overlap(target: Any) -> None:
             "unsupported operation: more than one element of the written-to tensor refers to a single memory "
             "location. Please clone() the tensor before performing the operation."
         )
+
+
+_OVERLAP_CHECKED = (aten.copy_.default, aten.index_put_.default, aten._index_put_impl_.default)
+
+
+def _check_no_partial_overlap(target: Any, inputs: list) -> None:
+    """torch's check that no input shares part of a written tensor's memory (``y[1:].copy_(y[:-1])``,
+    ``y.add_(y.t())``): torch's result would depend on the order of its reads and writes, where
+    turbine reads every input first. The same tensor, or a view of the same elements in the same
+    order, is fine; so is any pair torch's check finds too hard (one not dense, ``expand``'s)."""
+    if not isinstance(target, DeviceTensor) or target.numel() == 0:
+        return
+    for input in inputs:
+        if input is target or input._storage is not target._storage or input.numel() == 0:
+            continue
+        if not (_dense_somehow(target) and _dense_somehow(input)):
+            continue
+        begin, end = _byte_range(target)
+        input_begin, input_end = _byte_range(input)
+        same = begin == input_begin and end == input_end and target.stride() == input.stride()
+        if input_begin < end and begin < input_end and not same:
+            raise RuntimeError(
+                "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
+                "memory location. Please clone() the tensor before performing the operation."
+            )
+
+
+def _dense_somehow(tensor: DeviceTensor) -> bool:
+    """torch's ``is_non_overlapping_and_dense``: the elements fill a block of memory, in any order of dims."""
+    require = 1
+    for stride, size in sorted((stride, size) for size, stride in zip(tensor.shape, tensor.stride()) if size > 1):
+        if stride != require:
+            return False
+        require *= size
+    return True
+
+
+def _byte_range(tensor: DeviceTensor) -> tuple[int, int]:
+    """Where a dense tensor's elements start and end in its storage, in bytes."""
+    begin = tensor.storage_offset() * tensor.element_size()
+    return begin, begin + tensor.numel() * tensor.element_size()
 
 
 def write_result(func: Any, target: DeviceTensor, value: DeviceTensor) -> None:
