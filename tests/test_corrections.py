@@ -896,3 +896,21 @@ def test_a_correction_over_the_count_divides_by_zero_as_torch_does(dynamic):
         check(lambda t: t.std(correction=9), x, equal_nan=True)
         check(lambda t: torch.var_mean(t.double(), [0, 1], correction=7.5), x, equal_nan=True)
         check(lambda t: t.half().var(0, correction=3), x, equal_nan=True)
+
+
+def test_bounds_that_promote_an_integer_clamp_run_on_iree():
+    """torch-mlir did not compile a clamp whose bounds promote its input (fell back)."""
+    x = torch.randint(-5, 5, (4, 6))
+    check(lambda t: t.clamp(-1.5, 2.5), x)
+    check(lambda t: t.clamp(min=0.5), x)
+    check(lambda t: t.clamp(max=torch.tensor(2.5, device=t.device)), x)
+    check(lambda t: (t > 0).clamp(0, 1), x)
+    check(lambda t: t.to(torch.uint8).clamp(0.5, 3), x)
+    check(lambda t: torch.maximum(t, torch.tensor(1.5, device=t.device)), x)
+
+
+def test_a_mean_of_integers_in_a_float_dtype_runs_on_iree():
+    x = torch.randint(-50, 50, (4, 600))
+    check(lambda t: t.mean(1, dtype=torch.float64), x)
+    check(lambda t: t.mean(dtype=torch.float32), x)
+    check(lambda t: t.to(torch.int16).mean(0, keepdim=True, dtype=torch.float32), x)

@@ -103,6 +103,9 @@ def in_float64(op: torch._ops.OpOverload, count: Callable[..., Any]) -> Callable
     (eager/traced_call.py)."""
 
     def widened(*args: Any, **kwargs: Any) -> Any:
+        dtype = kwargs.get("dtype")
+        if isinstance(dtype, torch.dtype) and dtype.is_floating_point and not args[0].dtype.is_floating_point:
+            args = (args[0].to(dtype), *args[1:])  # a mean of integers: torch-mlir does not compile it
         if not _large(count(*args, **kwargs)):
             return op(*args, **kwargs)
         if isinstance(kwargs.get("dtype"), torch.dtype) and kwargs["dtype"].is_floating_point:

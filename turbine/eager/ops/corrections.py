@@ -53,6 +53,19 @@ def _index_put(input: torch.Tensor, indices: Sequence, values: torch.Tensor, acc
     return torch.ops.aten.index_put.default(input, _wrapped_indices(input, indices), values, accumulate)
 
 
+def _promoted(input: Any, *others: Any) -> Any:
+    """``input`` in the dtype its bounds promote it to (``clamp(ints, -1.5, 2.5)`` is float32 in
+    torch, ``clamp(booleans, 0, 1)`` int64), which torch-mlir did not compile."""
+    if not isinstance(input, torch.Tensor):
+        return input
+    for other in others:
+        if isinstance(other, (bool, int, float, torch.Tensor)):
+            dtype = torch.result_type(input, other)
+            if dtype != input.dtype:
+                input = input.to(dtype)
+    return input
+
+
 def _nan_propagating(op: torch._ops.OpOverload) -> Callable:
     """``op`` giving NaN where any tensor argument is NaN, as torch's kernels do.
 
@@ -62,6 +75,7 @@ def _nan_propagating(op: torch._ops.OpOverload) -> Callable:
     """
 
     def corrected(*args, **kwargs):
+        args = (_promoted(*args), *args[1:])
         result = op(*args, **kwargs)
         if result.dtype == torch.bool:
             as_bytes = lambda v: v.to(torch.uint8) if isinstance(v, torch.Tensor) and v.dtype == torch.bool else v  # noqa: E731
