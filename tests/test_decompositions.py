@@ -708,3 +708,22 @@ def test_integer_matrix_products_that_scale_and_add_run_on_iree(dtype):
         check(lambda c, a, b: torch.addbmm(c, a, b, **factors), c, b1, b2)
     check(lambda c, a, b: c.clone().addmm_(a, b, beta=-1), c, a, b)
     check(torch.nn.functional.linear, a, b.mT, c[0])
+
+
+@pytest.mark.parametrize("options", [{}, {"right": True}, {"side": "right", "out_int32": True}])
+def test_searchsorted_runs_torchs_binary_search_on_iree(options):
+    """IREE 3.13 does not compile searchsorted (it fell back); turbine runs torch's search,
+    NaNs in the sequence included (where counting the smaller elements would differ)."""
+    sequence = torch.randn(10).sort().values
+    values = torch.randn(4, 5)
+    values[0, :3] = sequence[:3]  # ties
+    check(lambda s, v: torch.searchsorted(s, v, **options), sequence, values)
+    check(lambda s, v: torch.searchsorted(s, v, **options), torch.randn(4, 7).sort(-1).values, values)
+    unsorted = torch.randn(4, 7)
+    check(lambda s, v, o: torch.searchsorted(s, v, sorter=o, **options), unsorted, values, unsorted.argsort(-1))
+    with_nans = torch.tensor([1.0, 2.0, float("nan"), float("nan"), float("nan")])
+    check(lambda s, v: torch.searchsorted(s, v, **options), with_nans, torch.tensor([1.5, 0.5, 3.0, float("nan"), 2.0]))
+    check(lambda s, v: torch.searchsorted(s, v, **options), torch.tensor([1, 3, 3, 3, 7, 9]), torch.tensor([0, 3, 4, 9, 10]))
+    check(lambda s, v: torch.searchsorted(s, v, **options), sequence, torch.tensor(0.3))
+    check(lambda s: torch.searchsorted(s, 0.25, **options), torch.tensor([0.0, 0.25, 0.5]))
+    check(lambda s: torch.searchsorted(s, 2.5, **options), torch.tensor([1, 2, 3]))

@@ -11,9 +11,9 @@ asymptotic expansions, Newton's and Halley's methods) rather than torch's fitted
 coefficients. Each is declared in the op registry (eager/registry.py) when this package is imported.
 """
 
-from turbine.eager.decompositions import accumulation, activations, amp, arctangent, bessel, bits, chebyshev, convolution, distances, erf, gamma, histogram, integers, linalg, logarithms, logits, margins, membership, moments, normalization, order, padding, pooling, powers, recurrent, resampling, sampling, scans, scatter, trigonometric, vjp, widening
+from turbine.eager.decompositions import accumulation, activations, amp, arctangent, bessel, bisection, bits, chebyshev, convolution, distances, erf, gamma, histogram, integers, linalg, logarithms, logits, margins, membership, moments, normalization, order, padding, pooling, powers, recurrent, resampling, sampling, scans, scatter, trigonometric, vjp, widening
 from turbine.eager.decompositions._common import register_shape_rules
 from turbine.eager.decompositions.pooling import adaptive_max_pool_nd
 from turbine.eager.decompositions.scans import logcumsumexp
 
-__all__ = ["adaptive_max_pool_nd", "register_shape_rules", "logcumsumexp", "accumulation", "activations", "amp", "arctangent", "bessel", "bits", "chebyshev", "convolution", "distances", "erf", "gamma", "histogram", "integers", "linalg", "logarithms", "logits", "margins", "membership", "moments", "normalization", "order", "padding", "pooling", "powers", "recurrent", "resampling", "sampling", "scans", "scatter", "trigonometric", "vjp", "widening"]
+__all__ = ["adaptive_max_pool_nd", "register_shape_rules", "logcumsumexp", "accumulation", "activations", "amp", "arctangent", "bessel", "bisection", "bits", "chebyshev", "convolution", "distances", "erf", "gamma", "histogram", "integers", "linalg", "logarithms", "logits", "margins", "membership", "moments", "normalization", "order", "padding", "pooling", "powers", "recurrent", "resampling", "sampling", "scans", "scatter", "trigonometric", "vjp", "widening"]
