@@ -32,11 +32,14 @@ def register() -> None:
 
 
 def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return empty(tuple(size), dtype or torch.get_default_dtype(), by_index(device.index or 0))
+    strides = None
+    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
+        strides = torch.empty(tuple(size), device="meta", memory_format=memory_format).stride()
+    return empty(tuple(size), dtype or torch.get_default_dtype(), by_index(device.index or 0), strides)
 
 
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
-    return empty(tuple(size), dtype or torch.get_default_dtype(), by_index(device.index or 0))
+    return empty(tuple(size), dtype or torch.get_default_dtype(), by_index(device.index or 0), tuple(stride))
 
 
 def _copy_from(source, destination, non_blocking=False):

@@ -73,7 +73,7 @@ def create(func: Callable, args: tuple, kwargs: dict, device: Device) -> torch.T
         result = to_device(func(*args, device="cpu", **kwargs), device)
     elif name in EMPTY:
         meta = func(*args, device="meta", **kwargs)
-        result = empty(tuple(meta.shape), meta.dtype, device)
+        result = empty(tuple(meta.shape), meta.dtype, device, meta.stride())
     else:
         result = _run_factory_kernel(func, name, args, kwargs, device)
     if requires_grad:

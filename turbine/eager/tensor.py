@@ -60,6 +60,24 @@ def contiguous_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def memory_order(sizes: tuple, strides: tuple) -> list[int] | None:
+    """The dims from outermost to innermost in memory, where ``strides`` lay the elements out
+    densely in an order other than row-major; else None (row-major, not dense, or empty).
+    Dims of size 1 have no place in memory: their strides are not looked at."""
+    if 0 in sizes:
+        return None
+    order = sorted(range(len(sizes)), key=lambda d: (-strides[d], d))
+    expected = 1
+    for d in reversed(order):
+        if sizes[d] != 1 and strides[d] != expected:
+            return None
+        expected *= sizes[d]
+    row_major = contiguous_strides(tuple(sizes))
+    if all(strides[d] == row_major[d] for d in range(len(sizes)) if sizes[d] != 1):
+        return None
+    return order
+
+
 def rebuild(host: torch.Tensor, device: str, requires_grad: bool, parameter: bool = False) -> torch.Tensor:
     """A pickled DeviceTensor back: on the device it was saved from (by name: ``turbine:cpu``), or
     on the device ``torch.load(map_location=...)`` maps that name to, ``"cpu"`` included."""
@@ -244,13 +262,16 @@ def wrap(buffer: Buffer, dtype: torch.dtype, sizes: tuple[int, ...], view: Buffe
     return tensor
 
 
-def empty(sizes: tuple[int, ...], dtype: torch.dtype, device: Device) -> DeviceTensor:
-    """An uninitialised dense tensor: a fresh buffer, no kernel, no transfer."""
+def empty(sizes: tuple[int, ...], dtype: torch.dtype, device: Device, strides: tuple[int, ...] | None = None) -> DeviceTensor:
+    """An uninitialised tensor: a fresh buffer, no kernel, no transfer. Row-major, unless given
+    ``strides`` (torch's for a memory format, or ``empty_strided``'s), whose storage spans them."""
     check_dtype(dtype)
     sizes = tuple(sizes)
     numel = numel_of(sizes)
+    if strides is not None and numel:
+        numel = 1 + sum((size - 1) * stride for size, stride in zip(sizes, strides))
     buffer = Buffer(device, device.allocate(numel * dtype.itemsize))
-    return DeviceTensor(Storage(device, dtype, numel, buffer), sizes)
+    return DeviceTensor(Storage(device, dtype, numel, buffer), sizes, None if strides is None else tuple(strides))
 
 
 class DenseLayout:

@@ -6,22 +6,29 @@ import torch
 
 from turbine.device import Device, download, upload
 from turbine.eager.dtypes import check_dtype
-from turbine.eager.tensor import DeviceTensor, wrap
+from turbine.eager.tensor import DeviceTensor, memory_order, wrap
 
 
 def to_device(tensor: torch.Tensor, device: Device, requires_grad: bool = False) -> DeviceTensor:
-    """Copy a CPU tensor to a device as a new dense DeviceTensor.
+    """Copy a CPU tensor to a device as a new DeviceTensor over its own storage: row-major, or in
+    the CPU tensor's order where that is dense in another (channels-last, transposed).
 
     The host-side steps run with torch.func's transforms off: inside ``jvp`` or ``jacrev`` they
     wrap the results of ops on plain tensors too, and a wrapped tensor has no bytes to upload."""
     check_dtype(tensor.dtype)
     with torch._C._DisableFuncTorch():
-        data = tensor.detach().resolve_conj().resolve_neg().contiguous()  # lazy conj/neg bits, made real
+        # Dense in another order (channels-last, transposed): its bytes in that order, its strides
+        # kept, as torch's .to() keeps them.
+        order = memory_order(tuple(tensor.shape), tuple(tensor.stride()))
+        data = tensor.detach().resolve_conj().resolve_neg()  # lazy conj/neg bits, made real
+        data = (data if order is None else data.permute(order)).contiguous()
         flat = data.reshape(-1)
         if flat.numel() and flat.stride(0) != 1:  # one element broadcast (stride 0) counts as contiguous
             flat = flat.clone(memory_format=torch.contiguous_format)
         raw = flat.view(torch.uint8).numpy()  # as bytes: numpy has no bfloat16, empty or not
     result = wrap(upload(device, raw), data.dtype, tuple(data.shape))
+    if order is not None:
+        result = DeviceTensor(result._storage, tuple(tensor.shape), tuple(tensor.stride()))
     if requires_grad:
         result.requires_grad_(True)
     return result

@@ -22,7 +22,7 @@ from turbine.eager import dynamic
 from turbine.eager.dtypes import ELEMENT_TYPES, STORAGE_ONLY
 from turbine.eager.lowering import lower
 from turbine.eager.scalars import int_vector
-from turbine.eager.tensor import DeviceTensor, empty, wrap
+from turbine.eager.tensor import DeviceTensor, empty, memory_order, wrap
 from turbine.eager.transfer import download_dense, to_device
 from turbine.device import BufferView, ready_fence, sizes_carrier, view_of
 from turbine.errors import CompileError
@@ -58,6 +58,17 @@ def to_host(tensor: DeviceTensor) -> torch.Tensor:
     """Copy a DeviceTensor's values to a new contiguous CPU tensor (waits for pending work); a
     view that is not its whole storage is gathered on the device first, so only its elements cross."""
     return download_dense(dense(tensor))
+
+
+def to_host_laid_out(tensor: DeviceTensor) -> torch.Tensor:
+    """Copy a DeviceTensor's values to a new CPU tensor with its strides where it is its whole
+    storage in another order than row-major (channels-last, transposed), as torch's ``.cpu()``
+    keeps them: its bytes as they lie, no gather. Else as :func:`to_host`."""
+    order = memory_order(tuple(tensor.shape), tuple(tensor.stride()))
+    if order is None or tensor.storage_offset() != 0 or tensor._storage.numel != tensor.numel():
+        return to_host(tensor)
+    physical = DeviceTensor(tensor._storage, tuple(tensor.shape[d] for d in order))
+    return download_dense(physical).permute(sorted(range(len(order)), key=order.__getitem__))
 
 
 def _flat_view(tensor: DeviceTensor) -> BufferView:

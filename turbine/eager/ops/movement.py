@@ -10,10 +10,11 @@ from turbine.counters import counters
 from turbine.device import Device, by_index
 from turbine.eager import executors
 from turbine.eager.executors.torch_kernel import adopt, finish_reads, shared_view, torch_device
+from turbine.eager.ops.layouts import copy_strides, laid_out
 from turbine.eager.registry import Continue, declare
 from turbine.eager.tensor import DeviceTensor
 from turbine.eager.transfer import to_device
-from turbine.eager.views import to_host, write
+from turbine.eager.views import to_host, to_host_laid_out, write
 
 aten = torch.ops.aten
 
@@ -23,11 +24,17 @@ def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
     target = kwargs.get("device")
     dtype = kwargs.get("dtype") or source.dtype
     if target is None or (target.type == "turbine" and target.index == source._storage.device.index):
-        args = (_staged(source, dtype),) + tuple(args[1:])
-        return Continue(args, {k: v for k, v in kwargs.items() if k != "device"})
+        kwargs = {k: v for k, v in kwargs.items() if k != "device"}
+        strides = copy_strides(source, kwargs.get("memory_format"))
+        if strides is not None:
+            row_major = {**kwargs, "memory_format": torch.contiguous_format}
+            copied = laid_out(lambda permuted: aten._to_copy.default(_staged(permuted, dtype), **row_major), source, strides)
+            if copied is not None:
+                return copied
+        return Continue((_staged(source, dtype),) + tuple(args[1:]), kwargs)
     if target.type == "turbine" and dtype == source.dtype:
         return _moved(source, by_index(target.index))
-    host_copy = to_host(source).to(dtype)
+    host_copy = to_host_laid_out(source).to(dtype)
     if target.type == "cpu":
         return host_copy
     if target.type == "turbine":

@@ -59,7 +59,7 @@ def _empty(func: Any, args: tuple, kwargs: dict) -> Any:
     schema = schema_of(func)
     leaves = walk(func, schema, args, kwargs)
     meta = meta_call(func, schema, args, kwargs)
-    return empty(tuple(meta.shape), meta.dtype, leaves.device)
+    return empty(tuple(meta.shape), meta.dtype, leaves.device, meta.stride())  # a memory format's strides too
 
 
 def _lazy_view_as_copy(func: Any, args: tuple, kwargs: dict) -> Any:

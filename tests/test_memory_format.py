@@ -1,0 +1,90 @@
+"""Copies keep torch's memory order: ``memory_format=``, a dense input's own order, transfers.
+
+Other ops' results are row-major on turbine (the README says so); these are the calls whose
+strides code reads back: ``x.contiguous(memory_format=torch.channels_last).permute(0, 2, 3, 1).view(...)``.
+"""
+
+import pytest
+import torch
+
+from checks import D
+
+CHANNELS_LAST = torch.channels_last
+
+COPIES = {
+    "contiguous as channels-last": lambda x: x.contiguous(memory_format=CHANNELS_LAST),
+    "to channels-last": lambda x: x.to(memory_format=CHANNELS_LAST),
+    "to channels-last and float64": lambda x: x.to(torch.float64, memory_format=CHANNELS_LAST),
+    "clone as channels-last": lambda x: x.clone(memory_format=CHANNELS_LAST),
+    "clone of a channels-last tensor": lambda x: x.contiguous(memory_format=CHANNELS_LAST).clone(),
+    "cast of a channels-last tensor": lambda x: x.contiguous(memory_format=CHANNELS_LAST).to(torch.bfloat16),
+    "clone of a slice of a channels-last tensor": lambda x: x.contiguous(memory_format=CHANNELS_LAST)[:, :, 1:].clone(),
+    "clone of a transpose": lambda x: x.transpose(1, 3).clone(),
+    "contiguous of a channels-last tensor": lambda x: x.contiguous(memory_format=CHANNELS_LAST).contiguous(),
+    "channels-last 3d": lambda x: x.unsqueeze(2).expand(2, 3, 2, 4, 5).clone(memory_format=torch.channels_last_3d),
+    "to uint8 as channels-last": lambda x: (x * 10).to(torch.uint8, memory_format=CHANNELS_LAST),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COPIES))
+def test_copies_have_torchs_strides_and_values(name):
+    x = torch.randn(2, 3, 4, 5)
+    expected = COPIES[name](x)
+    actual = COPIES[name](x.to(D))
+    assert actual.stride() == expected.stride()
+    assert actual.is_contiguous(memory_format=CHANNELS_LAST) == expected.is_contiguous(memory_format=CHANNELS_LAST)
+    torch.testing.assert_close(actual.cpu(), expected)
+
+
+def test_a_channels_last_tensor_reads_as_rows_of_channels():
+    """The motivating call: a channels-last tensor viewed as (batch, pixels, channels)."""
+    x = torch.randn(2, 3, 4, 5)
+    expected = x.contiguous(memory_format=CHANNELS_LAST).permute(0, 2, 3, 1).view(2, -1, 3)
+    actual = x.to(D).contiguous(memory_format=CHANNELS_LAST).permute(0, 2, 3, 1).view(2, -1, 3)
+    torch.testing.assert_close(actual.cpu(), expected)
+
+
+def test_a_copy_in_another_order_does_not_change_with_its_source():
+    x = torch.randn(2, 3, 4, 5).to(D)
+    copy = x.clone(memory_format=CHANNELS_LAST)
+    before = copy.cpu()
+    x.add_(1)
+    torch.testing.assert_close(copy.cpu(), before)
+    again = copy.clone()
+    copy.mul_(2)
+    torch.testing.assert_close(again.cpu(), before)
+
+
+def test_empty_tensors_take_their_memory_format_and_strides():
+    like = torch.empty(2, 3, 4, 5, device=D, memory_format=CHANNELS_LAST)
+    assert like.stride() == torch.empty(2, 3, 4, 5, memory_format=CHANNELS_LAST).stride()
+    assert torch.empty_like(like).stride() == like.stride()
+    assert torch.empty_like(like, memory_format=torch.contiguous_format).is_contiguous()
+    assert torch.empty_strided((2, 3), (1, 2), device=D).stride() == (1, 2)
+    spread = torch.empty_strided((2, 3), (4, 1), device=D)  # gaps between rows: the storage spans them
+    spread.copy_(torch.arange(6.0).view(2, 3))
+    torch.testing.assert_close(spread.cpu(), torch.arange(6.0).view(2, 3))
+
+
+def test_transfers_keep_a_dense_tensors_order_both_ways():
+    for host in (torch.randn(2, 3, 4, 5).contiguous(memory_format=CHANNELS_LAST), torch.randn(3, 4).t()):
+        moved = host.to(D)
+        assert moved.stride() == host.stride()
+        back = moved.cpu()
+        assert back.stride() == host.stride()
+        torch.testing.assert_close(back, host)
+        torch.testing.assert_close((moved * 2).cpu(), host * 2)
+
+
+def test_a_channels_last_model_trains_like_torch():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 2, 1)).to(memory_format=CHANNELS_LAST)
+    ours = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 2, 1))
+    ours.load_state_dict(model.state_dict())
+    ours = ours.to(memory_format=CHANNELS_LAST).to(D)
+    assert ours[0].weight.stride() == model[0].weight.stride()
+    x = torch.randn(2, 3, 8, 8).contiguous(memory_format=CHANNELS_LAST)
+    model(x).square().sum().backward()
+    ours(x.to(D)).square().sum().backward()
+    for theirs, mine in zip(model.parameters(), ours.parameters()):
+        torch.testing.assert_close(mine.grad.cpu(), theirs.grad, rtol=1e-4, atol=1e-5)
