@@ -7,7 +7,7 @@ strides code reads back: ``x.contiguous(memory_format=torch.channels_last).permu
 import pytest
 import torch
 
-from checks import D
+from checks import D, check
 
 CHANNELS_LAST = torch.channels_last
 
@@ -88,3 +88,40 @@ def test_a_channels_last_model_trains_like_torch():
     ours(x.to(D)).square().sum().backward()
     for theirs, mine in zip(model.parameters(), ours.parameters()):
         torch.testing.assert_close(mine.grad.cpu(), theirs.grad, rtol=1e-4, atol=1e-5)
+
+
+ELEMENTWISE = {
+    "relu": lambda x, b: torch.relu(x),
+    "add a bias of [C, 1, 1]": lambda x, b: x + b,
+    "mul by a number": lambda x, b: x * 2.5,
+    "add itself": lambda x, b: torch.add(x, x, alpha=2),
+    "where with a bias": lambda x, b: torch.where(x > 0, x, b),
+    "sigmoid then pow": lambda x, b: torch.sigmoid(x).pow(2),
+    "cast": lambda x, b: x.to(torch.float64) + 1,
+    "compare": lambda x, b: x > b,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ELEMENTWISE))
+@pytest.mark.parametrize("layout", ["channels-last", "transposed"])
+def test_elementwise_ops_keep_their_inputs_memory_order_on_iree(name, layout):
+    """torch's elementwise ops keep a channels-last (or transposed) input's order; turbine's ran
+    on a row-major gather of it and gave row-major results."""
+    x, b = torch.randn(2, 3, 4, 5), torch.randn(3, 1, 1)
+    x = x.contiguous(memory_format=CHANNELS_LAST) if layout == "channels-last" else x.transpose(0, 3)
+    expected = ELEMENTWISE[name](x, b)
+    actual = check_and_return(ELEMENTWISE[name], x, b)
+    assert actual.stride() == expected.stride()
+
+
+def check_and_return(fn, *inputs):
+    """``check``'s comparison (IREE kernels alone), and the turbine result."""
+    results = []
+    check(lambda *args: results.append(fn(*args)) or results[-1], *inputs)
+    return results[0]
+
+
+def test_elementwise_ops_on_inputs_in_different_orders_are_row_major():
+    x = torch.randn(2, 3, 4, 5)
+    mixed = check_and_return(lambda a, b: a.contiguous(memory_format=CHANNELS_LAST) + b, x, x)
+    assert mixed.is_contiguous()

@@ -2,7 +2,8 @@
 
 In order: an op that writes its arguments gets a mutation plan; one that returns a view of its
 input, a view plan; a call whose results are all empty, fresh allocations; one that reads only
-empty tensors, torch's results from their shapes; a copy of a dense
+empty tensors, torch's results from their shapes; an elementwise op on inputs in another memory
+order than row-major, the op in that order (eager/ordered_plan.py); a copy of a dense
 input, a new storage over its buffer; anything else, a kernel (eager/op_trace.py), which for a
 call the vendor executor can run too goes inside a timed plan (eager/timed_plan.py).
 """
@@ -18,6 +19,7 @@ from turbine.eager import executors, registry
 from turbine.eager.kernel_plan import KernelPlan
 from turbine.eager.meta import meta_call
 from turbine.eager.op_trace import kernel_plan, lowered_as_now, stored_kernel_plan
+from turbine.eager.ordered_plan import OrderedPlan, may_keep_order, order_kept
 from turbine.eager.plans import EmptyPlan, MutationPlan, NothingReadPlan, SharePlan, ViewPlan, layouts_of, outputs
 from turbine.eager.schema import OpSchema
 from turbine.eager.signature import Leaves
@@ -49,6 +51,8 @@ def from_record(func: Any, schema: OpSchema, leaves: Leaves, record: tuple, run:
         if not _shares_here(func, leaves):
             return None
         plan = SharePlan(record[1])
+    elif kind == "ordered":
+        plan = OrderedPlan(func, record[1], run)
     elif kind == "nothing read":
         plan = NothingReadPlan(func)
     else:
@@ -63,7 +67,7 @@ def build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: L
     ``run`` is dispatch's: a mutation plan runs the op's out-of-place twin through it."""
     if leaves.device is None:
         raise UnsupportedOpError(f"{func} reached turbine without a turbine tensor argument")
-    if not schema.written and not schema.aliased_output:
+    if not schema.written and not schema.aliased_output and not may_keep_order(func, leaves):
         plan = stored_kernel_plan(func, leaves)
         if plan is not None:
             return _timed_if_claimed(func, leaves, plan)
@@ -77,6 +81,9 @@ def build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: L
         return EmptyPlan(leaves.device, layouts_of(metas), kind)
     if any(t.numel() == 0 for t in leaves.tensors) and not registry.has_trait(func, "value_blind"):
         return _reading_nothing(func, leaves, metas)
+    order = order_kept(func, leaves, meta_out)
+    if order is not None:
+        return OrderedPlan(func, order, run)
     if _shares_buffer(func, leaves, metas) and _shares_here(func, leaves):
         return SharePlan(tuple(metas[0].shape))
     if not _vendor_claims(func, leaves):

@@ -41,8 +41,10 @@ from turbine.kernels_cache import LOWERING_VERSION, DiskStore, kernel_cache, tar
 
 log = logging.getLogger("turbine")
 
-#: Bump by hand when a plan's record changes meaning (the plans' ``record`` methods: eager/plans.py, eager/kernel_plan.py).
-PLAN_VERSION = 2
+#: Bump by hand when a plan's record changes meaning (the plans' ``record`` methods: eager/plans.py,
+#: eager/kernel_plan.py), or planning gives a key another kind of plan (3: pointwise calls on
+#: inputs in another memory order, eager/ordered_plan.py).
+PLAN_VERSION = 3
 
 #: A file keeps the plans of the MAX_OPS ops written last, at most MAX_PER_OP plans each (the
 #: newest). Each op's plans are decoded at the first plan of that op a process needs, so a file
