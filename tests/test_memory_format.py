@@ -125,3 +125,26 @@ def test_elementwise_ops_on_inputs_in_different_orders_are_row_major():
     x = torch.randn(2, 3, 4, 5)
     mixed = check_and_return(lambda a, b: a.contiguous(memory_format=CHANNELS_LAST) + b, x, x)
     assert mixed.is_contiguous()
+
+
+RANDOM = {
+    "dropout of a transpose": lambda t: torch.nn.functional.dropout(t.t(), 0.5, True),
+    "rand_like of a transpose": lambda t: torch.rand_like(t.t()),
+    "uniform_ of a transposed copy": lambda t: t.t().clone().uniform_(),
+    "normal_ of a transposed view": lambda t: t.t().normal_(),
+    "bernoulli_ of a strided view": lambda t: t[:, ::2].bernoulli_(0.3),
+    "dropout of a channels-last image": lambda t: torch.nn.functional.dropout(t.reshape(1, 3, 2, 2).contiguous(memory_format=CHANNELS_LAST), 0.5, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANDOM))
+def test_a_seed_gives_torchs_numbers_in_any_memory_order(name):
+    """Found by a probe of DETR: torch draws random numbers in a tensor's memory order; turbine
+    drew them row-major, so a seeded dropout of a permuted tensor gave another mask."""
+    x = torch.randn(3, 4)
+    torch.manual_seed(0)
+    expected = RANDOM[name](x.clone())
+    torch.manual_seed(0)
+    actual = RANDOM[name](x.clone().to(D))
+    assert actual.stride() == expected.stride()
+    torch.testing.assert_close(actual.cpu(), expected)

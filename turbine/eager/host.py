@@ -107,7 +107,28 @@ def run_on_host(func: Any, args: tuple, kwargs: dict, device: Device) -> Any:
         func,
         args,
         kwargs,
-        lambda tensor, written: to_host(tensor),
+        lambda tensor, written: host_copy(tensor),
         lambda result: to_device(result.cpu(), device),
         torch.device("cpu"),
     )
+
+
+def host_copy(tensor: DeviceTensor) -> torch.Tensor:
+    """A host copy of ``tensor`` with its strides, where no two of its elements share memory:
+    torch's kernels follow a tensor's memory order (a random op on a transposed view draws its
+    numbers in that order, ``rand_like`` keeps it), so a seed gives torch's CPU numbers."""
+    values = to_host(tensor)
+    if tensor._dense or not non_overlapping(tuple(tensor.shape), tuple(tensor.stride())):
+        return values
+    copy = torch.empty_strided(tuple(tensor.shape), tuple(tensor.stride()), dtype=tensor.dtype)
+    return copy.copy_(values)
+
+
+def non_overlapping(sizes: tuple, strides: tuple) -> bool:
+    """Whether no two elements of a tensor of these sizes and strides share memory."""
+    span = 1
+    for stride, size in sorted((stride, size) for size, stride in zip(sizes, strides) if size > 1):
+        if stride < span:
+            return False
+        span = stride * size
+    return True

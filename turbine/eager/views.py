@@ -89,7 +89,7 @@ def dense(tensor: DeviceTensor) -> DeviceTensor:
     if tensor.numel() == 0:
         return empty(sizes, tensor.dtype, storage.device)  # nothing to gather (and no kernel to compile)
     if storage.dtype in STORAGE_ONLY:  # no kernel takes complex: gather on the host
-        return to_device(_storage_on_host(storage).as_strided(sizes, strides, offset), storage.device)
+        return to_device(_storage_on_host(storage).as_strided(sizes, strides, offset).contiguous(), storage.device)
 
     generic = _generic_kernel("turbine.gather", tensor)
     if generic is not None:
@@ -120,11 +120,13 @@ def write_resized(target: DeviceTensor, values: DeviceTensor) -> None:
 
 
 def write(target: DeviceTensor, values: DeviceTensor) -> None:
-    """Make ``target`` hold ``values`` (dense, same sizes and dtype), as an in-place op does.
+    """Make ``target`` hold ``values`` (same sizes and dtype), as an in-place op does.
 
     A target that is its whole storage takes the new buffer as it is; a partial view is scattered
-    into a new buffer for the storage, so the base and every other view see the change.
+    into a new buffer for the storage, so the base and every other view see the change. Values
+    that are not dense (a host result uploaded in its own memory order) are gathered first.
     """
+    values = dense(values)
     storage = target._storage
     if target._dense:
         storage.buffer = values._storage.buffer

@@ -33,7 +33,8 @@ def _native_dropout(func: Any, args: tuple, kwargs: dict) -> Any:
         return torch._decomp.decomposition_table[func](*args, **kwargs)
     counters.host_ops[str(func)] += 1
     keep = 1.0 - p
-    noise = torch.empty(tuple(input.shape), dtype=input.dtype).bernoulli_(keep)
+    # laid out as torch's empty_like lays it out for the input: drawn in the input's memory order
+    noise = torch.empty_like(torch.empty_strided(tuple(input.shape), tuple(input.stride()), dtype=input.dtype)).bernoulli_(keep)
     device_noise = to_device(noise, input._storage.device)
     mask = device_noise != 0
     if keep == 0:
