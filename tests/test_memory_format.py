@@ -20,6 +20,9 @@ COPIES = {
     "cast of a channels-last tensor": lambda x: x.contiguous(memory_format=CHANNELS_LAST).to(torch.bfloat16),
     "clone of a slice of a channels-last tensor": lambda x: x.contiguous(memory_format=CHANNELS_LAST)[:, :, 1:].clone(),
     "clone of a transpose": lambda x: x.transpose(1, 3).clone(),
+    "clone of a slice of a transpose": lambda x: x.transpose(1, 3)[:, 1:].clone(),
+    "cast of a strided slice": lambda x: x[..., ::2].double(),
+    "clone of an expanded tensor": lambda x: x[:1].expand(3, 3, 4, 5).clone(),
     "contiguous of a channels-last tensor": lambda x: x.contiguous(memory_format=CHANNELS_LAST).contiguous(),
     "channels-last 3d": lambda x: x.unsqueeze(2).expand(2, 3, 2, 4, 5).clone(memory_format=torch.channels_last_3d),
     "to uint8 as channels-last": lambda x: (x * 10).to(torch.uint8, memory_format=CHANNELS_LAST),
@@ -146,5 +149,44 @@ def test_a_seed_gives_torchs_numbers_in_any_memory_order(name):
     expected = RANDOM[name](x.clone())
     torch.manual_seed(0)
     actual = RANDOM[name](x.clone().to(D))
+    assert actual.stride() == expected.stride()
+    torch.testing.assert_close(actual.cpu(), expected)
+
+
+def test_moves_between_devices_take_a_memory_format():
+    x = torch.randn(2, 3, 4, 5)
+    expected = x.to(memory_format=CHANNELS_LAST).stride()
+    assert x.to(D, memory_format=CHANNELS_LAST).stride() == expected
+    assert x.to(D, torch.float64, memory_format=CHANNELS_LAST).stride() == expected
+    assert x.requires_grad_().to(D, memory_format=CHANNELS_LAST).stride() == expected
+    assert x.detach().to(D).to("cpu", memory_format=CHANNELS_LAST).stride() == expected
+    conv = torch.nn.Conv2d(3, 4, 3)
+    assert conv.to(D, memory_format=CHANNELS_LAST).weight.stride() == torch.nn.Conv2d(3, 4, 3).to(memory_format=CHANNELS_LAST).weight.stride()
+
+
+def test_an_empty_tensor_whose_strides_share_memory_is_written_as_in_torch():
+    """torch's fill_ writes an empty_strided tensor with a stride of 0; turbine keeps such
+    strides out, so that its in-place ops' overlap check does not refuse it."""
+    filled = torch.empty_strided((2, 3), (0, 1), device=D).fill_(2)
+    torch.testing.assert_close(filled.cpu(), torch.full((2, 3), 2.0))
+
+
+def test_in_place_ops_on_a_channels_last_tensor_keep_it_so():
+    x = torch.randn(2, 3, 4, 5)
+    expected = x.contiguous(memory_format=CHANNELS_LAST)
+    actual = expected.to(D)
+    for t in (expected, actual):
+        t.mul_(2).add_(torch.ones(3, 1, 1, device=t.device))
+    assert actual.stride() == expected.stride()
+    torch.testing.assert_close(actual.cpu(), expected)
+
+
+def test_a_kernel_stored_for_row_major_inputs_does_not_decide_a_channels_last_call():
+    """Kernels are stored by sizes alone: the row-major call's kernel must not make the
+    channels-last call's result row-major."""
+    x = torch.randn(2, 3, 4, 7)
+    (x.to(D) * 3).cpu()
+    expected = x.contiguous(memory_format=CHANNELS_LAST) * 3
+    actual = x.to(D).contiguous(memory_format=CHANNELS_LAST) * 3
     assert actual.stride() == expected.stride()
     torch.testing.assert_close(actual.cpu(), expected)

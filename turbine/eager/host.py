@@ -14,7 +14,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from turbine.device import Device
-from turbine.eager.tensor import DeviceTensor
+from turbine.eager.tensor import DeviceTensor, non_overlapping
 from turbine.eager.transfer import to_device
 from turbine.eager.views import to_host, write, write_resized
 from turbine.errors import UnsupportedLayoutError
@@ -123,12 +123,3 @@ def host_copy(tensor: DeviceTensor) -> torch.Tensor:
     copy = torch.empty_strided(tuple(tensor.shape), tuple(tensor.stride()), dtype=tensor.dtype)
     return copy.copy_(values)
 
-
-def non_overlapping(sizes: tuple, strides: tuple) -> bool:
-    """Whether no two elements of a tensor of these sizes and strides share memory."""
-    span = 1
-    for stride, size in sorted((stride, size) for size, stride in zip(sizes, strides) if size > 1):
-        if stride < span:
-            return False
-        span = stride * size
-    return True

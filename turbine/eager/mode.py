@@ -71,10 +71,13 @@ def _tensor_to(tensor: torch.Tensor, device: Device, dtype: torch.dtype | None, 
         tensor = tensor.cpu()
     if dtype is not None:
         tensor = tensor.to(dtype)
+    memory_format = rest.get("memory_format", torch.preserve_format)
+    if memory_format is not torch.preserve_format:
+        tensor = tensor.contiguous(memory_format=memory_format)  # the upload keeps its order
     if tensor.requires_grad and torch.is_grad_enabled():
         # torch's own copy (empty + _copy_from on the turbine key) records ToCopyBackward, whose
         # backward brings the gradient back to the CPU as it does for CUDA.
-        return torch.Tensor.to(tensor, target)
+        return torch.Tensor.to(tensor, target, memory_format=memory_format)
     moved = to_device(tensor, device)
     conversion.mark_for_swap(source, moved)
     return moved

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from turbine.eager.signature import Leaves
-from turbine.eager.tensor import DeviceTensor, contiguous_strides, memory_order
+from turbine.eager.tensor import DeviceTensor, contiguous_strides, inverse, memory_order
 
 
 def order_kept(func: Any, leaves: Leaves, meta: Any) -> list[int] | None:
@@ -71,7 +71,7 @@ class OrderedPlan:
     def __init__(self, func: Any, order: list[int], run: Callable[[Any, tuple, dict], Any]) -> None:
         self.func = func
         self.order = list(order)
-        self.back = sorted(range(len(order)), key=self.order.__getitem__)
+        self.back = inverse(self.order)
         self.run = run  # dispatch's run: the permuted call goes through its own plan
 
     def __call__(self, leaves: Leaves, args: tuple, kwargs: dict) -> Any:

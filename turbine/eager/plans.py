@@ -19,7 +19,7 @@ from turbine.eager.executors import Executor
 from turbine.eager.meta import raise_as_torch_cpu
 from turbine.eager.schema import OpSchema, as_call, bound_arguments, functional_variant, functionalized_variant
 from turbine.eager.signature import Leaves
-from turbine.eager.tensor import DeviceTensor, ReinterpretedStorage, Storage, ViewLayout, empty, torch_device
+from turbine.eager.tensor import DeviceTensor, ReinterpretedStorage, Storage, ViewLayout, dense_in_order, empty, torch_device
 from turbine.eager.transfer import to_device
 from turbine.eager.views import dense, write, write_resized
 from turbine.errors import UnsupportedLayoutError, UnsupportedOpError, detached
@@ -261,7 +261,7 @@ def _check_no_partial_overlap(target: Any, inputs: list) -> None:
     for input in inputs:
         if input is target or input._storage is not target._storage or input.numel() == 0:
             continue
-        if not (_dense_somehow(target) and _dense_somehow(input)):
+        if not (dense_in_order(tuple(target.shape), target.stride()) and dense_in_order(tuple(input.shape), input.stride())):
             continue
         begin, end = _byte_range(target)
         input_begin, input_end = _byte_range(input)
@@ -271,16 +271,6 @@ def _check_no_partial_overlap(target: Any, inputs: list) -> None:
                 "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
                 "memory location. Please clone() the tensor before performing the operation."
             )
-
-
-def _dense_somehow(tensor: DeviceTensor) -> bool:
-    """torch's ``is_non_overlapping_and_dense``: the elements fill a block of memory, in any order of dims."""
-    require = 1
-    for stride, size in sorted((stride, size) for size, stride in zip(tensor.shape, tensor.stride()) if size > 1):
-        if stride != require:
-            return False
-        require *= size
-    return True
 
 
 def _byte_range(tensor: DeviceTensor) -> tuple[int, int]:

@@ -60,22 +60,56 @@ def contiguous_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def stride_order(strides: tuple) -> list[int]:
+    """The dims from outermost to innermost in memory (ties in dim order)."""
+    return sorted(range(len(strides)), key=lambda d: (-strides[d], d))
+
+
+def inverse(order: list[int]) -> list[int]:
+    """The permutation that undoes ``order``."""
+    return sorted(range(len(order)), key=order.__getitem__)
+
+
+def dense_in_order(sizes: tuple, strides: tuple) -> bool:
+    """torch's ``is_non_overlapping_and_dense``: the elements fill a block of memory, in some
+    order of dims. Dims of size 1 have no place in memory: their strides are not looked at."""
+    expected = 1
+    for d in reversed(stride_order(strides)):
+        if sizes[d] != 1 and strides[d] != expected:
+            return False
+        expected *= sizes[d]
+    return True
+
+
+def non_overlapping(sizes: tuple, strides: tuple) -> bool:
+    """Whether no two elements of a tensor of these sizes and strides share memory."""
+    span = 1
+    for stride, size in sorted((stride, size) for size, stride in zip(sizes, strides) if size > 1):
+        if stride < span:
+            return False
+        span = stride * size
+    return True
+
+
 def memory_order(sizes: tuple, strides: tuple) -> list[int] | None:
     """The dims from outermost to innermost in memory, where ``strides`` lay the elements out
-    densely in an order other than row-major; else None (row-major, not dense, or empty).
-    Dims of size 1 have no place in memory: their strides are not looked at."""
-    if 0 in sizes:
+    densely in an order other than row-major; else None (row-major, not dense, or empty)."""
+    if 0 in sizes or not dense_in_order(sizes, strides):
         return None
-    order = sorted(range(len(sizes)), key=lambda d: (-strides[d], d))
-    expected = 1
-    for d in reversed(order):
-        if sizes[d] != 1 and strides[d] != expected:
-            return None
-        expected *= sizes[d]
     row_major = contiguous_strides(tuple(sizes))
     if all(strides[d] == row_major[d] for d in range(len(sizes)) if sizes[d] != 1):
         return None
-    return order
+    return stride_order(strides)
+
+
+def dense_strides_like(sizes: tuple, strides: tuple) -> tuple[int, ...]:
+    """Dense strides in the order of ``strides`` (torch's layout for a copy of a view that is
+    not dense: the same order of dims, the gaps closed)."""
+    dense, step = [0] * len(sizes), 1
+    for d in reversed(stride_order(strides)):
+        dense[d] = step
+        step *= max(sizes[d], 1)
+    return tuple(dense)
 
 
 def rebuild(host: torch.Tensor, device: str, requires_grad: bool, parameter: bool = False) -> torch.Tensor:
@@ -264,10 +298,14 @@ def wrap(buffer: Buffer, dtype: torch.dtype, sizes: tuple[int, ...], view: Buffe
 
 def empty(sizes: tuple[int, ...], dtype: torch.dtype, device: Device, strides: tuple[int, ...] | None = None) -> DeviceTensor:
     """An uninitialised tensor: a fresh buffer, no kernel, no transfer. Row-major, unless given
-    ``strides`` (torch's for a memory format, or ``empty_strided``'s), whose storage spans them."""
+    ``strides`` (torch's for a memory format, or ``empty_strided``'s), whose storage spans them;
+    strides under which elements would share memory are not kept (in-place ops refuse such a
+    tensor, where torch's ``fill_`` and ``zero_`` write it)."""
     check_dtype(dtype)
     sizes = tuple(sizes)
     numel = numel_of(sizes)
+    if strides is not None and not non_overlapping(sizes, tuple(strides)):
+        strides = None
     if strides is not None and numel:
         numel = 1 + sum((size - 1) * stride for size, stride in zip(sizes, strides))
     buffer = Buffer(device, device.allocate(numel * dtype.itemsize))

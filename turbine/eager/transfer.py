@@ -19,7 +19,7 @@ def to_device(tensor: torch.Tensor, device: Device, requires_grad: bool = False)
     with torch._C._DisableFuncTorch():
         # Dense in another order (channels-last, transposed): its bytes in that order, its strides
         # kept, as torch's .to() keeps them.
-        order = memory_order(tuple(tensor.shape), tuple(tensor.stride()))
+        order = None if tensor.is_contiguous() else memory_order(tuple(tensor.shape), tuple(tensor.stride()))
         data = tensor.detach().resolve_conj().resolve_neg()  # lazy conj/neg bits, made real
         data = (data if order is None else data.permute(order)).contiguous()
         flat = data.reshape(-1)

@@ -22,7 +22,7 @@ from turbine.eager import dynamic
 from turbine.eager.dtypes import ELEMENT_TYPES, STORAGE_ONLY
 from turbine.eager.lowering import lower
 from turbine.eager.scalars import int_vector
-from turbine.eager.tensor import DeviceTensor, empty, memory_order, wrap
+from turbine.eager.tensor import DeviceTensor, empty, inverse, memory_order, wrap
 from turbine.eager.transfer import download_dense, to_device
 from turbine.device import BufferView, ready_fence, sizes_carrier, view_of
 from turbine.errors import CompileError
@@ -64,11 +64,13 @@ def to_host_laid_out(tensor: DeviceTensor) -> torch.Tensor:
     """Copy a DeviceTensor's values to a new CPU tensor with its strides where it is its whole
     storage in another order than row-major (channels-last, transposed), as torch's ``.cpu()``
     keeps them: its bytes as they lie, no gather. Else as :func:`to_host`."""
+    if tensor._dense or tensor.storage_offset() != 0 or tensor._storage.numel != tensor.numel():
+        return to_host(tensor)
     order = memory_order(tuple(tensor.shape), tuple(tensor.stride()))
-    if order is None or tensor.storage_offset() != 0 or tensor._storage.numel != tensor.numel():
+    if order is None:
         return to_host(tensor)
     physical = DeviceTensor(tensor._storage, tuple(tensor.shape[d] for d in order))
-    return download_dense(physical).permute(sorted(range(len(order)), key=order.__getitem__))
+    return download_dense(physical).permute(inverse(order))
 
 
 def _flat_view(tensor: DeviceTensor) -> BufferView:
@@ -119,6 +121,11 @@ def write_resized(target: DeviceTensor, values: DeviceTensor) -> None:
     write(target, dense(values))
 
 
+def _whole(tensor: DeviceTensor) -> bool:
+    """Whether a tensor is all of its storage (in whatever order of dims)."""
+    return tensor.storage_offset() == 0 and tensor._storage.numel == tensor.numel()
+
+
 def write(target: DeviceTensor, values: DeviceTensor) -> None:
     """Make ``target`` hold ``values`` (same sizes and dtype), as an in-place op does.
 
@@ -126,8 +133,11 @@ def write(target: DeviceTensor, values: DeviceTensor) -> None:
     into a new buffer for the storage, so the base and every other view see the change. Values
     that are not dense (a host result uploaded in its own memory order) are gathered first.
     """
-    values = dense(values)
     storage = target._storage
+    if _whole(target) and _whole(values) and target.stride() == values.stride():
+        storage.buffer = values._storage.buffer  # laid out alike (row-major, or an elementwise op's order)
+        return
+    values = dense(values)
     if target._dense:
         storage.buffer = values._storage.buffer
         return

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from turbine.eager.registry import Continue, declare
-from turbine.eager.tensor import memory_order
+from turbine.eager.tensor import dense_strides_like, inverse, memory_order, non_overlapping
 
 aten = torch.ops.aten
 
@@ -27,12 +27,7 @@ def laid_out(copy: Callable[[Any], Any], source: Any, strides: tuple) -> Any:
     order = memory_order(tuple(source.shape), tuple(strides))
     if order is None:
         return None
-    back = sorted(range(len(order)), key=order.__getitem__)
-    return copy(source.permute(order)).permute(back)
-
-
-#: The memory orders torch suggests a channels-last copy for, by rank.
-_CHANNELS_LAST_ORDERS = {(0, 2, 3, 1): torch.channels_last, (0, 2, 3, 4, 1): torch.channels_last_3d}
+    return copy(source.permute(order)).permute(inverse(order))
 
 
 def copy_strides(source: Any, memory_format: Any) -> tuple | None:
@@ -42,12 +37,10 @@ def copy_strides(source: Any, memory_format: Any) -> tuple | None:
     if memory_format is None or memory_format is torch.preserve_format:
         if source._dense:
             return None
-        strides = tuple(source.stride())
-        suggested = _CHANNELS_LAST_ORDERS.get(tuple(sorted(range(len(strides)), key=lambda d: (-strides[d], d))))
-        if memory_order(tuple(source.shape), strides) is None and suggested is not None:
-            memory_format = suggested  # a view of a channels-last tensor that is not dense: torch's suggestion
-        else:
-            return strides  # a dense input's order is kept
+        sizes, strides = tuple(source.shape), tuple(source.stride())
+        if not non_overlapping(sizes, strides):
+            return None  # an expanded input: torch's copy is row-major
+        return dense_strides_like(sizes, strides)  # the input's order of dims, any gaps closed
     if memory_format is torch.contiguous_format:
         return None
     return torch.empty(tuple(source.shape), device="meta", memory_format=memory_format).stride()  # torch's rank errors too

@@ -35,6 +35,8 @@ def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
     if target.type == "turbine" and dtype == source.dtype:
         return _moved(source, by_index(target.index))
     host_copy = to_host_laid_out(source).to(dtype)
+    if kwargs.get("memory_format") not in (None, torch.preserve_format):
+        host_copy = host_copy.contiguous(memory_format=kwargs["memory_format"])
     if target.type == "cpu":
         return host_copy
     if target.type == "turbine":
