@@ -896,6 +896,7 @@ def test_a_correction_over_the_count_divides_by_zero_as_torch_does(dynamic):
         check(lambda t: t.std(correction=9), x, equal_nan=True)
         check(lambda t: torch.var_mean(t.double(), [0, 1], correction=7.5), x, equal_nan=True)
         check(lambda t: t.half().var(0, correction=3), x, equal_nan=True)
+        check(lambda t: torch.var(t, 0, correction=2), torch.tensor(1.5), equal_nan=True)  # a 0-d tensor's dim 0
 
 
 def test_bounds_that_promote_an_integer_clamp_run_on_iree():

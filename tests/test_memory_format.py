@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from checks import D, check
+from turbine.eager import views
 
 CHANNELS_LAST = torch.channels_last
 
@@ -190,3 +191,16 @@ def test_a_kernel_stored_for_row_major_inputs_does_not_decide_a_channels_last_ca
     actual = x.to(D).contiguous(memory_format=CHANNELS_LAST) * 3
     assert actual.stride() == expected.stride()
     torch.testing.assert_close(actual.cpu(), expected)
+
+
+def test_an_in_place_result_laid_out_as_its_target_takes_its_place_without_a_copy(monkeypatch):
+    """The elementwise result already has the target's strides: its buffer is installed, no
+    gather into row-major order and scatter back."""
+    gathered = []  # the gather and scatter kernels' names, as views asks for them
+    real_kernel = views._generic_kernel
+    monkeypatch.setattr(views, "_generic_kernel", lambda name, *rest: gathered.append(name) or real_kernel(name, *rest))
+    x = torch.randn(2, 3, 4, 5).contiguous(memory_format=CHANNELS_LAST)
+    target = x.to(D)
+    target.mul_(2).add_(1)
+    assert not gathered
+    torch.testing.assert_close(target.cpu(), x * 2 + 1)

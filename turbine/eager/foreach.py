@@ -22,7 +22,7 @@ from turbine.counters import counters
 from turbine.eager import executors
 from turbine.eager.executors.torch_kernel import TorchBuffer, adopt, as_it_is
 from turbine.eager.tensor import DeviceTensor
-from turbine.eager.views import dense, write
+from turbine.eager.views import write
 from turbine.errors import DeviceError, UnsupportedOpError
 
 aten = torch.ops.aten
@@ -198,6 +198,6 @@ def _write(target: torch.Tensor, result: torch.Tensor) -> None:
     """An in-place foreach op's element result into its target (a new buffer, no kernel, where
     shape and dtype agree)."""
     if result.shape == target.shape and result.dtype == target.dtype:
-        write(target, dense(result))
+        write(target, result)
     else:
         target.copy_(result)

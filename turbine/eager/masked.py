@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from turbine.eager.views import dense, write
+from turbine.eager.views import write
 
 aten = torch.ops.aten
 
@@ -41,5 +41,5 @@ def as_select(func: Any, args: tuple, kwargs: dict) -> Any:
     result = aten.where.self(mask, aten.add.Tensor(self, value) if accumulate else value, self)
     if func is aten.index_put.default:
         return result
-    write(self, dense(result))
+    write(self, result)
     return self

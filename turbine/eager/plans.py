@@ -285,7 +285,7 @@ def write_result(func: Any, target: DeviceTensor, value: DeviceTensor) -> None:
     if tuple(value.shape) != tuple(target.shape):
         resize_out(target, value)
         return
-    write(target, dense(value))
+    write(target, value)
 
 
 def resize_out(target: DeviceTensor, value: DeviceTensor) -> None:

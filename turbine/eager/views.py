@@ -118,7 +118,7 @@ def write_resized(target: DeviceTensor, values: DeviceTensor) -> None:
     ``resize_output`` does: ``target`` is resized in place first (contiguous from its offset, over
     the same storage where the values fit), so a view passed as ``out=`` writes into its base."""
     torch.ops.aten.resize_.default(target, list(values.shape))
-    write(target, dense(values))
+    write(target, values)
 
 
 def _whole(tensor: DeviceTensor) -> bool:

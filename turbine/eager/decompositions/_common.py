@@ -3,11 +3,21 @@ ops torch has none for, and dtype rules."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from turbine.eager.registry import declare
+
+def reduced_dims(input: torch.Tensor, dim: Any) -> list[int]:
+    """The dims (from 0) a reduction of ``input`` over ``dim`` reduces: a dim, a list, or None
+    and [] for all; none of a 0-d tensor (its dim 0 or -1 is the tensor itself)."""
+    if input.dim() == 0:
+        return []
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(input.dim()))
+    return [d % input.dim() for d in ([dim] if isinstance(dim, int) else dim)]
+
 
 def registers(*ops: torch._ops.OpOverload) -> Callable[[Callable], Callable]:
     """Decorator: declare ``fn`` (its docstring's first line says why) the decomposition of each

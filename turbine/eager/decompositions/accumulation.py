@@ -27,6 +27,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from turbine.eager.decompositions._common import reduced_dims
+
 aten = torch.ops.aten
 
 #: The dtype large sums are accumulated in.
@@ -73,10 +75,7 @@ def _large(count: int) -> bool:
 def _over(input: torch.Tensor, dim: Any = None) -> int:
     """How many numbers a reduction of ``input`` over ``dim`` (a dim, a list, or None and [] for
     all) adds for each result, as far as its sizes are known."""
-    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) or input.dim() == 0:
-        return _known(input.shape)  # a 0-d tensor's dim 0 or -1 is the tensor
-    dims = [dim] if isinstance(dim, int) else dim
-    return _known(input.shape[d] for d in dims)
+    return _known(input.shape[d] for d in reduced_dims(input, dim))
 
 
 def _per_channel(input: torch.Tensor, *rest: Any, **kwargs: Any) -> int:

@@ -15,18 +15,13 @@ from typing import Any, Callable
 
 import torch
 
+from turbine.eager.decompositions._common import reduced_dims
+
 aten = torch.ops.aten
 
 #: The least size a dynamic kernel's dim takes (eager/dynamic.py): its traces see symbolic sizes
 #: of at least 2, so a correction of at most this cannot outgrow the count there.
 _LEAST_DYNAMIC_SIZE = 2
-
-
-def _dims(input: torch.Tensor, dim: Any) -> list[int]:
-    """The dims a reduction over ``dim`` (a dim, a list, or None or [] for all) reduces."""
-    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
-        return list(range(input.dim()))
-    return [dim] if isinstance(dim, int) else list(dim)
 
 
 def _may_outgrow(input: torch.Tensor, dims: list[int], correction: float) -> bool:
@@ -52,7 +47,7 @@ def corrected(op: torch._ops.OpOverload, *, root: bool = False, with_mean: bool 
 
     def moment(input: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
         correction = 1 if correction is None else correction
-        dims = _dims(input, dim)
+        dims = reduced_dims(input, dim)
         if not input.dtype.is_floating_point or not _may_outgrow(input, dims, correction):
             return op(input, dim, correction=correction, keepdim=keepdim)
         variance = _clamped(input, dims, correction, keepdim)

@@ -18,16 +18,15 @@ from typing import Any, Callable
 
 import torch
 
+from turbine.eager.decompositions._common import reduced_dims
+
 aten = torch.ops.aten
 
 
 def _innermost(input: torch.Tensor, dim: Any) -> bool:
     """Whether a reduction of ``input`` over ``dim`` (a dim, a list, or None and [] for all)
     includes its innermost dim."""
-    if input.dim() == 0 or dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
-        return input.dim() > 0
-    dims = [dim] if isinstance(dim, int) else dim
-    return any(d % input.dim() == input.dim() - 1 for d in dims)
+    return input.dim() - 1 in reduced_dims(input, dim)
 
 
 def _gathered(input: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
