@@ -1,14 +1,15 @@
-"""Copies keep torch's memory order: ``memory_format=``, a dense input's own order, transfers.
-
-Other ops' results are row-major on turbine (the README says so); these are the calls whose
-strides code reads back: ``x.contiguous(memory_format=torch.channels_last).permute(0, 2, 3, 1).view(...)``.
+"""Results keep torch's memory order: copies (``memory_format=``, a dense input's own order),
+transfers, elementwise ops, and the ops torch lays out as their inputs (convolutions, pooling,
+normalisation, padding, ...): code reads those strides back,
+``x.contiguous(memory_format=torch.channels_last).permute(0, 2, 3, 1).view(...)``.
 """
 
 import pytest
 import torch
 
 from checks import D, check
-from turbine.eager import views
+from turbine.eager import dispatch, views
+from turbine.eager.relaid_plan import RelaidPlan
 
 CHANNELS_LAST = torch.channels_last
 
@@ -118,17 +119,21 @@ def test_elementwise_ops_keep_their_inputs_memory_order_on_iree(name, layout):
     assert actual.stride() == expected.stride()
 
 
-def check_and_return(fn, *inputs):
+def check_and_return(fn, *inputs, **tolerance):
     """``check``'s comparison (IREE kernels alone), and the turbine result."""
     results = []
-    check(lambda *args: results.append(fn(*args)) or results[-1], *inputs)
+    check(lambda *args: results.append(fn(*args)) or results[-1], *inputs, **tolerance)
     return results[0]
 
 
-def test_elementwise_ops_on_inputs_in_different_orders_are_row_major():
+@pytest.mark.parametrize("first", ["channels-last", "row-major"])
+def test_elementwise_ops_on_inputs_in_different_orders_take_torchs_order(first):
+    """torch's TensorIterator takes the first input's order here: channels-last first gives a
+    channels-last sum, row-major first a row-major one (the kernel runs row-major either way)."""
     x = torch.randn(2, 3, 4, 5)
-    mixed = check_and_return(lambda a, b: a.contiguous(memory_format=CHANNELS_LAST) + b, x, x)
-    assert mixed.is_contiguous()
+    cl = lambda t: t.contiguous(memory_format=CHANNELS_LAST)  # noqa: E731
+    fn = (lambda a, b: cl(a) + b) if first == "channels-last" else (lambda a, b: a + cl(b))
+    assert check_and_return(fn, x, x).stride() == fn(x, x).stride()
 
 
 RANDOM = {
@@ -204,3 +209,98 @@ def test_an_in_place_result_laid_out_as_its_target_takes_its_place_without_a_cop
     target.mul_(2).add_(1)
     assert not gathered
     torch.testing.assert_close(target.cpu(), x * 2 + 1)
+
+
+def same_layout(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """The same strides but at dims of size 1, which nothing reads (torch's own kernels differ there)."""
+    return all(a == e for n, a, e in zip(expected.shape, actual.stride(), expected.stride()) if n != 1)
+
+
+W = torch.randn(6, 3, 3, 3)
+
+LAID_OUT_AS_INPUT = {
+    "conv2d": lambda x: torch.nn.functional.conv2d(x, W.to(x.device), padding=1),
+    "conv2d with a channels-last weight": lambda x: torch.nn.functional.conv2d(
+        x.contiguous(), W.to(x.device).contiguous(memory_format=CHANNELS_LAST), stride=2
+    ),
+    "depthwise conv2d": lambda x: torch.nn.functional.conv2d(x, W[:3, :1].to(x.device), groups=3),
+    "max_pool2d": lambda x: torch.nn.functional.max_pool2d(x, 2),
+    "max_pool2d with indices": lambda x: torch.nn.functional.max_pool2d(x, 2, return_indices=True),
+    "avg_pool2d": lambda x: torch.nn.functional.avg_pool2d(x, 2, ceil_mode=True),
+    "adaptive_avg_pool2d": lambda x: torch.nn.functional.adaptive_avg_pool2d(x, (2, 3)),
+    "batch_norm": lambda x: torch.nn.functional.batch_norm(x, None, None, training=True),
+    "group_norm": lambda x: torch.nn.functional.group_norm(x, 3),
+    "bilinear": lambda x: torch.nn.functional.interpolate(x, scale_factor=2, mode="bilinear"),
+    "pad": lambda x: torch.nn.functional.pad(x, (1, 2, 0, 1)),
+    "cat": lambda x: torch.cat([x, x * 2], 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAID_OUT_AS_INPUT))
+def test_ops_torch_lays_out_as_their_input_give_torchs_strides_on_iree(name):
+    """torch gives these a channels-last result for a channels-last input (or weight); turbine's
+    kernels write row-major, and the result is copied into torch's layout."""
+    x = torch.randn(2, 3, 6, 5).contiguous(memory_format=CHANNELS_LAST)
+    expected = LAID_OUT_AS_INPUT[name](x)
+    actual = check_and_return(LAID_OUT_AS_INPUT[name], x)
+    for mine, theirs in zip(actual if isinstance(actual, tuple) else [actual], expected if isinstance(expected, tuple) else [expected]):
+        assert same_layout(mine, theirs), (mine.stride(), theirs.stride())
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_convolution_gradients_take_torchs_layout(dims):
+    """The input's and weight's gradients are laid out as torch's CPU kernel lays them out
+    (channels-last for a channels-last input; 1-D and 3-D ones by the same rule)."""
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 4, *(7,) * dims), torch.randn(5, 4, *(3,) * dims)
+    if dims == 1:
+        x = x.transpose(1, 2).contiguous().transpose(1, 2)
+    else:
+        x = x.contiguous(memory_format={2: CHANNELS_LAST, 3: torch.channels_last_3d}[dims])
+    conv = {1: torch.nn.functional.conv1d, 2: torch.nn.functional.conv2d, 3: torch.nn.functional.conv3d}[dims]
+
+    def grads(x, w):
+        x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+        out = conv(x, w, stride=2)
+        out.backward(torch.ones_like(out))
+        return out, x.grad, w.grad
+
+    for mine, theirs in zip(check_and_return(grads, x, w), grads(x, w)):
+        assert same_layout(mine, theirs), (mine.stride(), theirs.stride())
+
+
+def test_a_channels_last_network_keeps_its_layout_from_layer_to_layer():
+    """Each layer's output and each gradient as torch lays it out, and the output viewed as rows
+    of channels (which raised while convolutions gave row-major results)."""
+
+    def layers_and_grads(x):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=2), torch.nn.GroupNorm(2, 8),
+            torch.nn.Upsample(scale_factor=2, mode="bilinear"), torch.nn.AvgPool2d(2),
+        ).to(x.device, memory_format=CHANNELS_LAST)
+        outputs, out = [], x
+        for layer in model:
+            out = layer(out)
+            outputs.append(out)
+        out.square().sum().backward()
+        return (*outputs, out.permute(0, 2, 3, 1).view(2, -1, 8), *[p.grad for p in model.parameters()])
+
+    x = torch.randn(2, 3, 16, 16).contiguous(memory_format=CHANNELS_LAST)
+    for mine, theirs in zip(check_and_return(layers_and_grads, x, rtol=1e-4, atol=1e-4), layers_and_grads(x)):
+        assert same_layout(mine, theirs), (mine.stride(), theirs.stride())
+
+
+def test_row_major_inputs_pay_no_copy_for_layouts():
+    """Only calls with an input in another order are planned with a copy into torch's layout."""
+    x = torch.randn(1, 3, 7, 5)
+
+    def relaid() -> set:
+        return {key for key, plan in dispatch.plans().items() if isinstance(plan, RelaidPlan)}
+
+    before = relaid()
+    torch.nn.functional.conv2d(x.to(D), W.to(D)).cpu()
+    assert relaid() == before
+    torch.nn.functional.conv2d(x.to(D).contiguous(memory_format=CHANNELS_LAST), W.to(D)).cpu()
+    assert [key[0] for key in relaid() - before] == [torch.ops.aten.convolution.default]

@@ -75,6 +75,22 @@ def test_saved_plans_replace_building_them(fresh_cache, stats, monkeypatch):
     assert [key[0][0] for key in hashed if not key[0][0].startswith(("turbine.", "generic family"))] == []
 
 
+def test_a_result_copied_into_torchs_layout_is_planned_so_from_disk(fresh_cache, stats, monkeypatch):
+    """A pooled channels-last image is channels-last (eager/relaid_plan.py) in a process that
+    takes the plan from disk too."""
+    x = torch.randn(2, 3, 6, 5).contiguous(memory_format=torch.channels_last)
+    expected = torch.nn.functional.avg_pool2d(x, 2)
+    torch.nn.functional.avg_pool2d(x.to("turbine:cpu"), 2).cpu()
+    saved_plans.save(dispatch.plans())
+    forget_memory()
+    no_meta_calls(monkeypatch)
+    turbine.reset_stats()
+    actual = torch.nn.functional.avg_pool2d(x.to("turbine:cpu"), 2)
+    assert actual.stride() == expected.stride()
+    torch.testing.assert_close(actual.cpu(), expected)
+    assert stats()["plans_from_disk"] >= 2 and stats()["kernels_compiled"] == 0  # the pool's and its copy's
+
+
 def test_a_plan_made_with_an_older_lowering_of_its_op_is_built_again(fresh_cache, stats, monkeypatch):
     """A saved kernel plan names its kernel by a signature that ends with the digest of turbine's
     lowering of the op then: once the lowering changed (a new correction), the record named the

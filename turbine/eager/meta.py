@@ -34,7 +34,8 @@ def meta_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Any:
         with warnings.catch_warnings():
             # resize_out warns on every call that resizes; the meta run happens once per plan.
             warnings.filterwarnings("ignore", "An output with one or more elements was resized")
-            return func(*meta_args, **meta_kwargs)
+            out = func(*meta_args, **meta_kwargs)
+        return _in_torchs_conv_layout(func, args, out) if func in _CONVOLUTIONS else out
     except NotImplementedError as error:
         raise UnsupportedOpError(
             f"{func} has no shape rule in torch (its output shape may depend on the data)"
@@ -45,6 +46,44 @@ def meta_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Any:
         raise_as_torch_cpu(func, schema, args, kwargs)
         # torch's CPU kernel takes the call: only the meta rule cannot (it reads values, say).
         raise UnsupportedOpError(f"{func} has no shape rule turbine can use ({error})") from error
+
+
+#: Ops whose meta kernels leave results row-major where torch's CPU kernels lay them out as
+#: their input or weight (channels-last): the position of their input and weight arguments.
+_CONVOLUTIONS = {torch.ops.aten.convolution.default: 0, torch.ops.aten.convolution_backward.default: 1}
+
+
+def _in_torchs_conv_layout(func: Any, args: tuple, out: Any) -> Any:
+    """A convolution's meta results in the memory format torch's CPU kernel gives them: its meta
+    kernel has no device to choose a backend by, and leaves them row-major (torch's fake tensors
+    ask the backend the way this does). The backend is chosen on empty CPU stand-ins of the
+    input and weight (nothing is written to them); a gradient of the bias stays as it is."""
+    first = _CONVOLUTIONS[func]
+    input, weight = (torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu") for t in args[first:first + 2])
+    if input.is_contiguous() and weight.is_contiguous():
+        return out  # row-major in, row-major out
+    if func is torch.ops.aten.convolution.default:
+        bias = None if args[2] is None else torch.empty(tuple(args[2].shape), dtype=args[2].dtype, device="cpu")
+        backend = torch._C._select_conv_backend(input, weight, bias, *args[3:9])
+    else:
+        backend = torch._C._select_conv_backend(input, weight, None, *args[4:10], args[3])
+    unsqueeze = weight.dim() == 3  # torch decides a 1-D one as a 2-D one
+    if unsqueeze:
+        input, weight = input.contiguous().unsqueeze(2), weight.unsqueeze(2)
+    layout = torch._C._conv_determine_backend_memory_format(input, weight, backend)
+    if layout is torch.contiguous_format:
+        return out
+
+    def laid_out(t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None:
+            return None
+        if unsqueeze:
+            return t.unsqueeze(2).contiguous(memory_format=layout).squeeze(2)
+        return t.contiguous(memory_format=layout)
+
+    if isinstance(out, torch.Tensor):
+        return laid_out(out)
+    return (laid_out(out[0]), laid_out(out[1]), out[2])
 
 
 def raise_as_torch_cpu(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> None:

@@ -21,6 +21,7 @@ from turbine.eager.meta import meta_call
 from turbine.eager.op_trace import kernel_plan, lowered_as_now, stored_kernel_plan
 from turbine.eager.ordered_plan import OrderedPlan, may_keep_order, order_kept
 from turbine.eager.plans import EmptyPlan, MutationPlan, NothingReadPlan, SharePlan, ViewPlan, layouts_of, outputs
+from turbine.eager.relaid_plan import RelaidPlan, may_relay, relaid_strides
 from turbine.eager.schema import OpSchema
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import contiguous_strides
@@ -33,6 +34,9 @@ def from_record(func: Any, schema: OpSchema, leaves: Leaves, record: tuple, run:
     """The plan a saved record describes (the plans' ``record`` methods), or None when its
     kernel is no longer in the kernel cache."""
     kind = record[0]
+    if kind == "relaid":
+        inner = from_record(func, schema, leaves, record[2], run)
+        return None if inner is None else RelaidPlan(inner, record[1], run)
     if kind == "kernel":
         _, signature, digest, scalar_dtypes, layouts, structure = record
         if not lowered_as_now(func, signature):
@@ -67,7 +71,7 @@ def build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: L
     ``run`` is dispatch's: a mutation plan runs the op's out-of-place twin through it."""
     if leaves.device is None:
         raise UnsupportedOpError(f"{func} reached turbine without a turbine tensor argument")
-    if not schema.written and not schema.aliased_output and not may_keep_order(func, leaves):
+    if not schema.written and not schema.aliased_output and not may_keep_order(func, leaves) and not may_relay(leaves):
         plan = stored_kernel_plan(func, leaves)
         if plan is not None:
             return _timed_if_claimed(func, leaves, plan)
@@ -86,6 +90,14 @@ def build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: L
         return OrderedPlan(func, order, run)
     if _shares_buffer(func, leaves, metas) and _shares_here(func, leaves):
         return SharePlan(tuple(metas[0].shape))
+    plan = _computing_plan(func, schema, args, kwargs, leaves, meta_out)
+    strides = relaid_strides(leaves, metas)
+    return plan if strides is None else RelaidPlan(plan, strides, run)
+
+
+def _computing_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, meta_out: Any) -> Callable:
+    """The plan of a call that computes new values: IREE's kernel, timed against the vendor's
+    where the vendor executor competes for the call."""
     if not _vendor_claims(func, leaves):
         return kernel_plan(func, schema, args, kwargs, leaves, meta_out)
     try:

@@ -6,7 +6,8 @@ by default, where the input is laid out densely in another order (a channels-las
 transposed matrix). Code then reads that order: ``permute(0, 2, 3, 1).view(n, -1, c)`` of a
 channels-last tensor works in torch and failed on turbine. Here such a copy is made of the input
 permuted into its memory order, row-major there (a kernel, or none where the input already is),
-and permuted back: the result has torch's strides. Other ops' results stay row-major.
+and permuted back: the result has torch's strides. Other ops' results take torch's layout the same way
+(eager/relaid_plan.py).
 """
 
 from __future__ import annotations
