@@ -33,7 +33,6 @@ from turbine.device.buffer import PendingBuffer
 from turbine.eager import fallback, runtime
 from turbine.eager.signature import rebuild
 from turbine.eager.tensor import DeviceTensor, Storage
-from turbine.eager.views import dense
 from turbine.errors import detached
 
 def enabled() -> bool:
@@ -114,24 +113,20 @@ class _Launch:
             args, kwargs = self.call
             result = fallback.run(plan.func, tuple(args), kwargs, plan.failure)
             results = list(result) if isinstance(result, (tuple, list)) else [result]
-            for pending, out, layout in zip(self.outputs, results, plan.outputs):
+            for index, (pending, out, layout) in enumerate(zip(self.outputs, results, plan.outputs)):
                 if pending is None:
                     continue
+                out = plan.kernel_result(index, out)  # in the order the kernel would write it
                 if tuple(out.shape) != layout.sizes:
                     raise RuntimeError(
                         f"{plan.func}: torch's kernel gave a result of shape {list(out.shape)} where its shape rule, "
                         f"which the tensor returned by the op was given, says {list(layout.sizes)}. Run with "
                         "TURBINE_BACKGROUND_COMPILE=0, and please report the op to turbine."
                     )
-                buffer = dense(out)._storage.buffer
+                buffer = out._storage.buffer
                 pending.fill(buffer.hal, buffer.ready)
             return
-        views, waits = [], []
-        for tensor in self.tensors:
-            tensor = dense(tensor)
-            views.append(tensor.buffer_view())
-            if tensor._storage.buffer.ready is not None:
-                waits.append(tensor._storage.buffer.ready)
+        views, waits = plan.kernel_inputs(self.tensors)
         with self.stream or contextlib.nullcontext():
             results = iter(plan.launch(views + self.scalar_views, join(waits)))
         for pending in self.outputs:

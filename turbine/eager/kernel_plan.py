@@ -1,6 +1,8 @@
 """The kernel plan: an op call run as one compiled IREE kernel, enqueued with fences.
 
-Dense inputs, runtime scalars as 0-d buffers, fresh dense outputs. While its kernel compiles in
+Dense inputs (read as their buffers lie where those hold them in another order than row-major:
+eager/kernel_orders.py), runtime scalars as 0-d buffers, fresh dense outputs (permuted back where
+the kernel writes them in torch's order for them). While its kernel compiles in
 the background, calls queue their launches on the device (eager/deferred.py), which takes the
 kernel through ``await_kernel`` when it runs them.
 """
@@ -16,7 +18,7 @@ from turbine.eager.plans import STRUCTURES
 from turbine.eager.scalars import scalar_view, wraps_its_operand
 from turbine.eager.schema import schema_of
 from turbine.eager.signature import Leaves
-from turbine.eager.tensor import DenseLayout, torch_device
+from turbine.eager.tensor import DenseLayout, DeviceTensor, inverse, permuted, torch_device
 from turbine.eager.views import dense
 from turbine.errors import CompileError, DeviceError, UnsupportedOpError, detached
 from turbine.kernels_cache import CompilingKernel, Kernel, kernel_cache
@@ -39,6 +41,8 @@ class KernelPlan:
         scalar_dtypes: list,
         layouts: tuple,
         kind: str,
+        orders: tuple | None = None,
+        out_orders: tuple | None = None,
     ) -> None:
         self.func = func
         self.schema = schema_of(func)
@@ -51,8 +55,11 @@ class KernelPlan:
         self.signature = signature
         self.scalar_dtypes = scalar_dtypes
         self.wraps = wraps_its_operand(func)
-        self.layouts = layouts  # (shape, dtype), or None, per output
+        self.layouts = layouts  # (shape, dtype), or None, per output: as the kernel writes it
         self.outputs = [None if layout is None else DenseLayout(*layout) for layout in layouts]
+        self.orders = orders  # per tensor input, the order the kernel reads its buffer in (None: row-major)
+        self.out_orders = out_orders  # per output, the order the kernel writes it in
+        self._backs = None if out_orders is None else [None if o is None else inverse(list(o)) for o in out_orders]
         self.torch_device = torch_device(device)
         self.kind = kind
         self.structure = STRUCTURES[kind]
@@ -64,20 +71,36 @@ class KernelPlan:
                 return self._queue(leaves, args, kwargs)
             if self.failure is not None:
                 return fallback.run(self.func, args, kwargs, self.failure)
-        views = []
-        waits = []
-        for tensor in leaves.tensors:
-            if not tensor._dense:
-                tensor = dense(tensor)
-            views.append(tensor.buffer_view())
-            ready = tensor._storage.buffer.ready
-            if ready is not None:
-                waits.append(ready)
+        views, waits = self.kernel_inputs(leaves.tensors)
         if leaves.scalars:
             views += self._scalar_views(leaves)
         results = iter(self.launch(views, join(waits)))
         torch_device = self.torch_device
-        return self.structure([None if layout is None else layout.make(*next(results), torch_device) for layout in self.outputs])
+        made = [None if layout is None else layout.make(*next(results), torch_device) for layout in self.outputs]
+        return self.structure(made if self._backs is None else self._permuted_back(made))
+
+    def kernel_inputs(self, tensors: list) -> tuple[list, list]:
+        """The buffer views the kernel takes for ``tensors`` (a gather of a view whose buffer does
+        not hold it as the kernel reads it), and the fences they wait on."""
+        views, waits = [], []
+        orders = self.orders
+        for i, tensor in enumerate(tensors):
+            if not tensor._dense:
+                tensor = dense(tensor) if orders is None or orders[i] is None else permuted(tensor, orders[i])
+            views.append(tensor.buffer_view())
+            ready = tensor._storage.buffer.ready
+            if ready is not None:
+                waits.append(ready)
+        return views, waits
+
+    def kernel_result(self, index: int, result: DeviceTensor) -> DeviceTensor:
+        """A result made elsewhere (the fallback's) as the kernel writes it (permuted into its order)."""
+        order = None if self.out_orders is None else self.out_orders[index]
+        return dense(result if order is None else permuted(result, order))
+
+    def _permuted_back(self, made: list) -> list:
+        """Results written in torch's order, as tensors with torch's sizes and strides."""
+        return [t if t is None or back is None else permuted(t, back) for t, back in zip(made, self._backs)]
 
     def launch(self, views: list, wait: Any) -> list[tuple[Buffer, BufferView]]:
         """Enqueue the kernel (the deferred queue's launches come here too); a device's failure
@@ -134,7 +157,8 @@ class KernelPlan:
         """Queue the launch; the results are tensors over its pending buffers."""
         pending = deferred.defer(self, leaves, args, kwargs, self._scalar_views(leaves))
         torch_device = self.torch_device
-        return self.structure([None if layout is None else layout.make(buffer, None, torch_device) for layout, buffer in zip(self.outputs, pending)])
+        made = [None if layout is None else layout.make(buffer, None, torch_device) for layout, buffer in zip(self.outputs, pending)]
+        return self.structure(made if self._backs is None else self._permuted_back(made))
 
     def _scalar_views(self, leaves: Leaves) -> list:
         device, wraps = self.device, self.wraps
@@ -149,4 +173,4 @@ class KernelPlan:
         if self.kernel is None or self.failure is not None:
             return None
         digest = kernel_cache.digest(self.signature, self.device)
-        return ("kernel", self.signature, digest, tuple(self.scalar_dtypes), self.layouts, self.kind)
+        return ("kernel", self.signature, digest, tuple(self.scalar_dtypes), self.layouts, self.kind, self.orders, self.out_orders)

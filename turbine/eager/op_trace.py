@@ -16,6 +16,7 @@ import torch
 from turbine.eager import deferred, dynamic, lowering, registry
 from turbine.eager.decompositions import accumulation
 from turbine.eager.dtypes import check_kernel_dtype
+from turbine.eager.kernel_orders import Orders, input_orders, output_orders, permute_sizes
 from turbine.eager.kernel_plan import KernelPlan
 from turbine.eager.plans import layouts_of, outputs
 from turbine.eager.scalars import number_dtype
@@ -63,8 +64,9 @@ def _scalar_dtype(value: Any, reference: torch.Tensor | None, number: bool) -> t
     return torch.result_type(reference, value)
 
 
-def _kernel_signature(func: Any, leaves: Leaves) -> tuple[tuple, list]:
-    """The kernel cache's signature of a call, and the dtypes its runtime scalars are passed as."""
+def _kernel_signature(func: Any, leaves: Leaves, orders: Orders | None = None, out_orders: Orders | None = None) -> tuple[tuple, list]:
+    """The kernel cache's signature of a call, and the dtypes its runtime scalars are passed as;
+    with the memory orders its kernel reads inputs and writes results in (eager/kernel_orders.py)."""
     reference = _scalar_reference(leaves) if leaves.scalars else None
     if reference is not None and reference.dtype in REDUCED and in_opmath(func, leaves):
         reference = torch.empty((), dtype=torch.float32)
@@ -73,8 +75,12 @@ def _kernel_signature(func: Any, leaves: Leaves) -> tuple[tuple, list]:
         for v, number in zip(leaves.scalars, leaves.numbers)
     ]
     key = list(leaves.key)
-    for slot, tensor in zip(_tensor_slots(leaves), leaves.tensors):
+    for i, (slot, tensor) in enumerate(zip(_tensor_slots(leaves), leaves.tensors)):
         key[slot] = tensor._key[:2]  # sizes and dtype: the kernel takes every input dense
+        if orders is not None and orders[i] is not None:
+            key[slot] = (permute_sizes(tuple(tensor.shape), orders[i]), tensor.dtype, "in order", orders[i])
+    if out_orders is not None:
+        key.append(("results in order", out_orders))
     signature = _plain(tuple(key)) + (tuple(str(d) for d in scalar_dtypes),)
     # turbine's own lowering, as it is now: never a kernel (or a failure) cached from another
     return signature + lowering_of(func), scalar_dtypes
@@ -121,17 +127,22 @@ def kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
             check_kernel_dtype(meta.dtype, f"the result of {func}")
     for tensor in leaves.tensors:
         check_kernel_dtype(tensor.dtype, f"an input of {func}")
-    signature, scalar_dtypes = _kernel_signature(func, leaves)
+    orders = input_orders(func, leaves)
+    out_orders = output_orders(func, leaves, metas)
+    signature, scalar_dtypes = _kernel_signature(func, leaves, orders, out_orders)
     slots = _tensor_slots(leaves)
-    dims = dynamic.dims_for(leaves, signature, slots)
+    # a kernel reading or writing another order is static (a family's dims are row-major ones)
+    dims = dynamic.dims_for(leaves, signature, slots) if orders is None and out_orders is None else None
     if dims is not None:
         plan = _dynamic_kernel_plan(func, schema, args, kwargs, leaves, metas, kind, signature, slots, dims, scalar_dtypes)
         if plan is not None:
             return plan
-    inputs = [(tuple(t.shape), t.dtype) for t in leaves.tensors] + [((), d) for d in scalar_dtypes]
-    lowerings = lowerings_of(func, schema, args, kwargs, leaves, metas, inputs)
+    in_orders = orders or (None,) * len(leaves.tensors)
+    inputs = [(permute_sizes(tuple(t.shape), o), t.dtype) for t, o in zip(leaves.tensors, in_orders)] + [((), d) for d in scalar_dtypes]
+    lowerings = lowerings_of(func, schema, args, kwargs, leaves, metas, inputs, orders, out_orders)
+    written = [None if m is None else permute_sizes(tuple(m.shape), o) for m, o in zip(metas, out_orders or (None,) * len(metas))]
     metadata = {
-        "outputs": [None if m is None else [list(m.shape), str(m.dtype).replace("torch.", "")] for m in metas],
+        "outputs": [None if m is None else [list(w), str(m.dtype).replace("torch.", "")] for m, w in zip(metas, written)],
         "structure": kind,
     }
     if deferred.enabled() and not registry.compiles_in_foreground(func):
@@ -139,7 +150,8 @@ def kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
         kernel = kernel_cache.start(signature, device, lowerings, _describe(func, leaves), metadata)
     else:
         kernel = kernel_cache.kernel(signature, device, lowerings, _describe(func, leaves), metadata)
-    return KernelPlan(func, device, kernel, signature, scalar_dtypes, layouts_of(metas), kind)
+    layouts = tuple(None if m is None else (w, m.dtype) for m, w in zip(metas, written))
+    return KernelPlan(func, device, kernel, signature, scalar_dtypes, layouts, kind, orders, out_orders)
 
 
 def _dynamic_kernel_plan(

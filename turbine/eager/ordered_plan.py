@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from turbine.eager.signature import Leaves
-from turbine.eager.tensor import DeviceTensor, contiguous_strides, inverse, memory_order
+from turbine.eager.tensor import DeviceTensor, inverse, memory_order, permuted
 
 
 def order_kept(func: Any, leaves: Leaves, meta: Any) -> list[int] | None:
@@ -51,17 +51,6 @@ def _full_rank(tensor: DeviceTensor, rank: int) -> DeviceTensor:
         return tensor
     sizes = (1,) * extra + tuple(tensor.shape)
     strides = (1,) * extra + tuple(tensor.stride())
-    return DeviceTensor(tensor._storage, sizes, strides, tensor.storage_offset())
-
-
-def permuted(tensor: DeviceTensor, order: list[int]) -> DeviceTensor:
-    """A view of ``tensor`` with its dims in ``order``; its strides row-major where it is row-major
-    but for dims of size 1 (whose strides nothing reads), so kernels read its buffer as it is."""
-    sizes = tuple(tensor.shape[d] for d in order)
-    strides = tuple(tensor.stride()[d] for d in order)
-    row_major = contiguous_strides(sizes)
-    if all(stride == row_major[d] for d, (size, stride) in enumerate(zip(sizes, strides)) if size != 1):
-        strides = row_major
     return DeviceTensor(tensor._storage, sizes, strides, tensor.storage_offset())
 
 

@@ -15,13 +15,13 @@ from typing import Any, Callable
 import torch
 
 from turbine.counters import counters
-from turbine.eager import executors, registry
+from turbine.eager import executors, kernel_orders, registry
 from turbine.eager.kernel_plan import KernelPlan
 from turbine.eager.meta import meta_call
 from turbine.eager.op_trace import kernel_plan, lowered_as_now, stored_kernel_plan
 from turbine.eager.ordered_plan import OrderedPlan, may_keep_order, order_kept
 from turbine.eager.plans import EmptyPlan, MutationPlan, NothingReadPlan, SharePlan, ViewPlan, layouts_of, outputs
-from turbine.eager.relaid_plan import RelaidPlan, may_relay, relaid_strides
+from turbine.eager.relaid_plan import RelaidPlan, relaid_strides
 from turbine.eager.schema import OpSchema
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import contiguous_strides
@@ -38,14 +38,14 @@ def from_record(func: Any, schema: OpSchema, leaves: Leaves, record: tuple, run:
         inner = from_record(func, schema, leaves, record[2], run)
         return None if inner is None else RelaidPlan(inner, record[1], run)
     if kind == "kernel":
-        _, signature, digest, scalar_dtypes, layouts, structure = record
+        _, signature, digest, scalar_dtypes, layouts, structure, orders, out_orders = record
         if not lowered_as_now(func, signature):
             return None  # turbine's lowering of the op changed since: built again, with a new kernel
         kernel = kernel_cache.stored(signature, leaves.device, digest)
         if kernel is None:
             return None
         plan: Callable = _timed_if_claimed(
-            func, leaves, KernelPlan(func, leaves.device, kernel, signature, list(scalar_dtypes), layouts, structure)
+            func, leaves, KernelPlan(func, leaves.device, kernel, signature, list(scalar_dtypes), layouts, structure, orders, out_orders)
         )
     elif kind == "view":
         plan = ViewPlan(*record[1:])
@@ -71,7 +71,7 @@ def build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: L
     ``run`` is dispatch's: a mutation plan runs the op's out-of-place twin through it."""
     if leaves.device is None:
         raise UnsupportedOpError(f"{func} reached turbine without a turbine tensor argument")
-    if not schema.written and not schema.aliased_output and not may_keep_order(func, leaves) and not may_relay(leaves):
+    if not schema.written and not schema.aliased_output and not may_keep_order(func, leaves) and not kernel_orders.may_keep_order(leaves):
         plan = stored_kernel_plan(func, leaves)
         if plan is not None:
             return _timed_if_claimed(func, leaves, plan)
@@ -91,7 +91,7 @@ def build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: L
     if _shares_buffer(func, leaves, metas) and _shares_here(func, leaves):
         return SharePlan(tuple(metas[0].shape))
     plan = _computing_plan(func, schema, args, kwargs, leaves, meta_out)
-    strides = relaid_strides(leaves, metas)
+    strides = relaid_strides(func, leaves, metas)
     return plan if strides is None else RelaidPlan(plan, strides, run)
 
 

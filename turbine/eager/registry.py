@@ -39,6 +39,8 @@ TRAITS = {
     "where one of those has no elements, nothing is written (a new storage over the first argument's buffer); "
     "its shape rule refuses every call its kernel refuses",
     "native_precision": "computed in its inputs' half precision (not float32 'opmath', as torch's contractions)",
+    "reads_row_major": "its kernel reads inputs that lie in another order than row-major (channels-last, transposed) "
+    "gathered into row-major order first: IREE compiled it reading them as they lie many times slower",
     "refinement": "its correction makes IREE's right lowering more precise: where the correction does not compile "
     "for a target (a float64 mean on CUDA), the op as it is is traced instead",
 }

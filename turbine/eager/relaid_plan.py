@@ -1,14 +1,10 @@
-"""Results laid out in memory as torch lays them out, for ops whose kernels write row-major.
+"""Results copied into torch's memory order, for ops whose kernels write other orders slowly.
 
-torch's convolutions, pooling, normalisation, padding, concatenation and interpolation give a
-channels-last input a channels-last result; linear algebra on a transposed matrix gives a
-column-major one. turbine's kernels write row-major results, so these came out row-major: right
-values, other strides, and code that reads torch's layout broke (``conv(x_cl).permute(0, 2, 3,
-1).view(n, -1, c)`` raised where torch's works; ``is_contiguous(memory_format=...)`` said False).
-Where an input is laid out in another order than row-major and the meta call (torch's shape rule)
-says a result is dense in another order, the call runs as it did and that result is copied into
-torch's layout: a gather kernel of its own. Row-major inputs pay nothing. Elementwise ops keep
-their inputs' order without a copy (eager/ordered_plan.py).
+Most kernels write a result in torch's order themselves (eager/kernel_orders.py). IREE 3.13
+compiles convolutions and pooling that read or write a channels-last image as it lies many
+times slower (the ``reads_row_major`` trait, eager/ops/kernels.py): those run row-major, on
+gathered inputs, and each result torch lays out in another order is then copied so (a gather
+kernel of its own), so that a channels-last network stays channels-last as in torch.
 """
 
 from __future__ import annotations
@@ -17,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from turbine.eager import registry
 from turbine.eager.ops.layouts import laid_out
 from turbine.eager.signature import Leaves
 from turbine.eager.tensor import memory_order
@@ -24,24 +21,17 @@ from turbine.eager.tensor import memory_order
 aten = torch.ops.aten
 
 
-def relaid_strides(leaves: Leaves, metas: list) -> tuple | None:
-    """Per result, torch's strides where they lay it out in another order than row-major (None
-    for the others); None where no input is laid out other than row-major, or no result is."""
-    if all(tensor._dense for tensor in leaves.tensors):
+def relaid_strides(func: Any, leaves: Leaves, metas: list) -> tuple | None:
+    """For a ``reads_row_major`` op, per result, torch's strides where they lay it out in another
+    order than row-major (None for the others); None where no input is laid out other than
+    row-major, or no result is, and for other ops."""
+    if not registry.has_trait(func, "reads_row_major") or all(tensor._dense for tensor in leaves.tensors):
         return None
     strides = tuple(
         None if meta is None or memory_order(tuple(meta.shape), tuple(meta.stride())) is None else tuple(meta.stride())
         for meta in metas
     )
     return strides if any(s is not None for s in strides) else None
-
-
-def may_relay(leaves: Leaves) -> bool:
-    """Whether a call may need a result in another order than row-major, before its meta call
-    says: an input is dense in another order (a stored kernel, found by sizes alone, would not say)."""
-    return any(
-        not tensor._dense and memory_order(tuple(tensor.shape), tuple(tensor.stride())) is not None for tensor in leaves.tensors
-    )
 
 
 class RelaidPlan:

@@ -43,9 +43,10 @@ log = logging.getLogger("turbine")
 
 #: Bump by hand when a plan's record changes meaning (the plans' ``record`` methods: eager/plans.py,
 #: eager/kernel_plan.py), or planning gives a key another kind of plan (3: pointwise calls on
-#: inputs in another memory order, eager/ordered_plan.py; 4: results torch lays out in another
-#: order, eager/relaid_plan.py).
-PLAN_VERSION = 4
+#: inputs in another memory order, eager/ordered_plan.py; 5: kernel plans keep the memory orders their
+#: kernels read and write, eager/kernel_orders.py, and results are copied into torch's order,
+#: eager/relaid_plan.py).
+PLAN_VERSION = 5
 
 #: A file keeps the plans of the MAX_OPS ops written last, at most MAX_PER_OP plans each (the
 #: newest). Each op's plans are decoded at the first plan of that op a process needs, so a file

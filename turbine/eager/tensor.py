@@ -287,6 +287,17 @@ class DeviceTensor(torch.Tensor):
         return self.cpu().tolist()
 
 
+def permuted(tensor: DeviceTensor, order: list[int]) -> DeviceTensor:
+    """A view of ``tensor`` with its dims in ``order``; its strides row-major where it is row-major
+    but for dims of size 1 (whose strides nothing reads), so kernels read its buffer as it is."""
+    sizes = tuple(tensor.shape[d] for d in order)
+    strides = tuple(tensor.stride()[d] for d in order)
+    row_major = contiguous_strides(sizes)
+    if all(stride == row_major[d] for d, (size, stride) in enumerate(zip(sizes, strides)) if size != 1):
+        strides = row_major
+    return DeviceTensor(tensor._storage, sizes, strides, tensor.storage_offset())
+
+
 def wrap(buffer: Buffer, dtype: torch.dtype, sizes: tuple[int, ...], view: BufferView | None = None) -> DeviceTensor:
     """A new dense DeviceTensor over a buffer, optionally with its ready-made buffer view."""
     sizes = tuple(sizes)

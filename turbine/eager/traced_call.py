@@ -17,6 +17,7 @@ from typing import Any, Callable
 import torch
 
 from turbine.eager import lowering, registry
+from turbine.eager.kernel_orders import Orders, in_memory_order, permute_sizes
 from turbine.eager.meta import off_device
 from turbine.eager.schema import OpSchema, schema_of
 from turbine.eager.signature import Leaves, is_runtime, rebuild
@@ -135,16 +136,26 @@ GATHERED_ON = ("cuda", "hip")
 AS_IT_IS, DECOMPOSED = 0, 1
 
 
-def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list) -> list:
+def lowerings_of(
+    func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list,
+    orders: Orders | None = None, out_orders: Orders | None = None,
+) -> list:
     """The ways to lower the call, in order: the op as it is (``AS_IT_IS``); then torch's
     decompositions of it, where torch has some (``DECOMPOSED``); then, on a GPU (``GATHERED_ON``),
     the op with its reductions over an innermost dim read through gathers; then, for 0-d
     inputs, the op on 1-d ones, as it is and decomposed; then, for an op whose correction is a "refinement", the op
     without it, as it is and decomposed; last, as it is and decomposed without the corrections
-    of the ops inside it."""
-    traced = traced_call(func, schema, args, kwargs, leaves, metas)
+    of the ops inside it. Each reads its inputs and writes its results in ``orders`` and
+    ``out_orders`` where given (eager/kernel_orders.py)."""
     count = len(leaves.tensors)
-    result_shapes = [tuple(m.shape) for m in metas if m is not None]
+    written = [o for m, o in zip(metas, out_orders) if m is not None] if out_orders is not None else None
+
+    def kernel_of(corrected: bool) -> Callable:
+        traced = traced_call(func, schema, args, kwargs, leaves, metas, corrected=corrected)
+        return traced if orders is None and written is None else in_memory_order(traced, count, orders, written)
+
+    traced = kernel_of(corrected=True)
+    result_shapes = [permute_sizes(tuple(m.shape), o) for m, o in zip([m for m in metas if m is not None], written or [None] * len(metas))]
 
     def shape_checked(traced: Callable) -> Callable:
         """``traced``, refusing results whose shapes are not the meta call's: torch's shape rule
@@ -184,7 +195,7 @@ def lowerings_of(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves:
         lowerings += as_is_and_decomposed(traced_as_1d)
     ways = [checked]
     if registry.has_trait(_lowered_op(func, args, kwargs), "refinement"):
-        ways.append(shape_checked(traced_call(func, schema, args, kwargs, leaves, metas, corrected=False)))
+        ways.append(shape_checked(kernel_of(corrected=False)))
         lowerings += as_is_and_decomposed(ways[-1])
     # Last, each without the corrections of the ops inside it, for a target that compiles the op
     # but not one of those (kernels_cache skips a text that is the same as one tried before)

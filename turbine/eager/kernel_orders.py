@@ -1,0 +1,95 @@
+"""Kernels that read inputs and write results in the memory order torch lays them out in.
+
+A kernel takes dense row-major buffers. A transposed weight (``x @ w.t()``, every ``nn.Linear``'s
+gradient) or a channels-last image is dense too, in another order: its buffer is the tensor
+permuted into that order, row-major. Such an input was gathered into row-major order before each
+call (a kernel of its own: 1.7 ms for a 512x512 transpose on a 2-core CPU, more than the matmul
+after it). Its kernel now takes the buffer as it lies and permutes it back inside the traced
+function, where the compiler folds the permutation into the op's own loops.
+
+Results likewise: where an input lies in another order and torch's shape rule lays a result out
+in another order (a convolution, pooling or normalisation of a channels-last image keeps it
+channels-last), the kernel writes the result permuted into that order and the tensor returned is
+the permutation back: torch's strides, with no copy. Code reads those strides:
+``conv(x_cl).permute(0, 2, 3, 1).view(n, -1, c)`` works in torch.
+
+A kernel's signature holds the orders (eager/op_trace.py), so it is compiled for them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from turbine.eager import registry
+from turbine.eager.signature import Leaves
+from turbine.eager.tensor import DeviceTensor, inverse, memory_order, numel_of
+
+#: Per kernel input or result: the order of dims its buffer lies in, or None for row-major.
+Orders = tuple
+
+
+def input_orders(func: Any, leaves: Leaves) -> Orders | None:
+    """Per tensor input, the order of its dims in memory where its buffer holds exactly its
+    elements in another order than row-major (the kernel then reads the buffer as it is); None
+    where every input is row-major or must be gathered (a slice), and for ops whose kernels
+    read other orders slowly (the ``reads_row_major`` trait: convolutions, pooling)."""
+    if registry.has_trait(func, "reads_row_major"):
+        return None
+    orders, found = [], False
+    for tensor in leaves.tensors:
+        order = None if tensor._dense else _lies_in(tensor)
+        found = found or order is not None
+        orders.append(order)
+    return tuple(orders) if found else None
+
+
+def _lies_in(tensor: DeviceTensor) -> tuple | None:
+    if tensor.storage_offset() != 0 or tensor._storage.numel != numel_of(tuple(tensor.shape)):
+        return None
+    order = memory_order(tuple(tensor.shape), tuple(tensor.stride()))
+    return None if order is None else tuple(order)
+
+
+def may_keep_order(leaves: Leaves) -> bool:
+    """Whether a call may read an input in another order or write a result so (its plan then
+    needs the meta call: a stored kernel, found by sizes alone, would not say)."""
+    return any(not tensor._dense and _lies_in(tensor) is not None for tensor in leaves.tensors)
+
+
+def output_orders(func: Any, leaves: Leaves, metas: list) -> Orders | None:
+    """Per result (None ones included), the order torch lays it out in where that is not
+    row-major, else None; None for a call whose inputs are all row-major (torch's results are
+    too, but for linear algebra's column-major factors, which stay row-major here) and for
+    ``reads_row_major`` ops (eager/relaid_plan.py copies their results)."""
+    if registry.has_trait(func, "reads_row_major") or all(tensor._dense for tensor in leaves.tensors):
+        return None
+    found = tuple(None if meta is None else _laid_out_in(meta) for meta in metas)
+    return found if any(order is not None for order in found) else None
+
+
+def _laid_out_in(meta: torch.Tensor) -> tuple | None:
+    order = memory_order(tuple(meta.shape), tuple(meta.stride()))
+    return None if order is None else tuple(order)
+
+
+def permute_sizes(sizes: tuple, order: tuple | None) -> tuple:
+    """``sizes`` in ``order`` (as they are for None)."""
+    return tuple(sizes) if order is None else tuple(sizes[d] for d in order)
+
+
+def in_memory_order(traced: Callable, count: int, orders: Orders | None, out_orders: Orders | None) -> Callable:
+    """``traced`` (a kernel's function: ``count`` tensors, then scalars) taking its tensor inputs
+    as their buffers lie (permuted into ``orders``) and giving its results permuted into
+    ``out_orders`` (one per result it returns)."""
+    backs = [None if order is None else inverse(list(order)) for order in (orders or (None,) * count)]
+
+    def ordered(*values: torch.Tensor) -> list[torch.Tensor]:
+        values = [v if i >= count or backs[i] is None else v.permute(backs[i]) for i, v in enumerate(values)]
+        outs = traced(*values)
+        if out_orders is None:
+            return outs
+        return [o if order is None else o.permute(order) for o, order in zip(outs, out_orders)]
+
+    return ordered
