@@ -79,6 +79,21 @@ def permute_sizes(sizes: tuple, order: tuple | None) -> tuple:
     return tuple(sizes) if order is None else tuple(sizes[d] for d in order)
 
 
+def written_sizes(metas: list, out_orders: Orders | None) -> list:
+    """Each result's sizes as its kernel writes it (in its order; None kept)."""
+    return [None if m is None else permute_sizes(tuple(m.shape), None if out_orders is None else out_orders[i]) for i, m in enumerate(metas)]
+
+
+def in_orders(keyed: list, traced: list, orders: Orders | None) -> tuple[list, list]:
+    """A dynamic kernel's inputs (eager/dynamic.py: keys and traced sizes, in the tensors' own
+    order of dims) as the kernel reads them: permuted into ``orders``."""
+    if orders is None:
+        return keyed, traced
+    keyed = [k if o is None else (k[0], permute_sizes(k[1], o), k[2], "in order", o) for k, o in zip(keyed, orders)]
+    traced = [t if o is None else (permute_sizes(t[0], o), t[1]) for t, o in zip(traced, orders)]
+    return keyed, traced
+
+
 def in_memory_order(traced: Callable, count: int, orders: Orders | None, out_orders: Orders | None) -> Callable:
     """``traced`` (a kernel's function: ``count`` tensors, then scalars) taking its tensor inputs
     as their buffers lie (permuted into ``orders``) and giving its results permuted into

@@ -16,13 +16,13 @@ import torch
 from turbine.eager import deferred, dynamic, lowering, registry
 from turbine.eager.decompositions import accumulation
 from turbine.eager.dtypes import check_kernel_dtype
-from turbine.eager.kernel_orders import Orders, input_orders, output_orders, permute_sizes
+from turbine.eager.kernel_orders import Orders, in_orders, input_orders, output_orders, permute_sizes, written_sizes
 from turbine.eager.kernel_plan import KernelPlan
-from turbine.eager.plans import layouts_of, outputs
+from turbine.eager.plans import outputs
 from turbine.eager.scalars import number_dtype
 from turbine.eager.schema import OpSchema, schema_of
 from turbine.eager.signature import Leaves
-from turbine.eager.traced_call import AS_IT_IS, DECOMPOSED, REDUCED, in_opmath, lowerings_of, traced_call
+from turbine.eager.traced_call import AS_IT_IS, DECOMPOSED, REDUCED, in_opmath, kernel_function, lowerings_of
 from turbine.errors import CompileError
 from turbine.kernels_cache import Kernel, kernel_cache, program_match
 from turbine.kernels_cache.tracing import Dynamic, SymbolsMustMatch
@@ -131,16 +131,15 @@ def kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
     out_orders = output_orders(func, leaves, metas)
     signature, scalar_dtypes = _kernel_signature(func, leaves, orders, out_orders)
     slots = _tensor_slots(leaves)
-    # a kernel reading or writing another order is static (a family's dims are row-major ones)
-    dims = dynamic.dims_for(leaves, signature, slots) if orders is None and out_orders is None else None
+    dims = dynamic.dims_for(leaves, signature, slots)
     if dims is not None:
-        plan = _dynamic_kernel_plan(func, schema, args, kwargs, leaves, metas, kind, signature, slots, dims, scalar_dtypes)
+        plan = _dynamic_kernel_plan(func, schema, args, kwargs, leaves, metas, kind, signature, slots, dims, scalar_dtypes, orders, out_orders)
         if plan is not None:
             return plan
-    in_orders = orders or (None,) * len(leaves.tensors)
-    inputs = [(permute_sizes(tuple(t.shape), o), t.dtype) for t, o in zip(leaves.tensors, in_orders)] + [((), d) for d in scalar_dtypes]
+    read = orders or (None,) * len(leaves.tensors)
+    inputs = [(permute_sizes(tuple(t.shape), o), t.dtype) for t, o in zip(leaves.tensors, read)] + [((), d) for d in scalar_dtypes]
     lowerings = lowerings_of(func, schema, args, kwargs, leaves, metas, inputs, orders, out_orders)
-    written = [None if m is None else permute_sizes(tuple(m.shape), o) for m, o in zip(metas, out_orders or (None,) * len(metas))]
+    written = written_sizes(metas, out_orders)
     metadata = {
         "outputs": [None if m is None else [list(w), str(m.dtype).replace("torch.", "")] for m, w in zip(metas, written)],
         "structure": kind,
@@ -150,13 +149,17 @@ def kernel_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: 
         kernel = kernel_cache.start(signature, device, lowerings, _describe(func, leaves), metadata)
     else:
         kernel = kernel_cache.kernel(signature, device, lowerings, _describe(func, leaves), metadata)
-    layouts = tuple(None if m is None else (w, m.dtype) for m, w in zip(metas, written))
-    return KernelPlan(func, device, kernel, signature, scalar_dtypes, layouts, kind, orders, out_orders)
+    return KernelPlan(func, device, kernel, signature, scalar_dtypes, _layouts(metas, out_orders), kind, orders, out_orders)
+
+
+def _layouts(metas: list, out_orders: Orders | None) -> tuple:
+    """(sizes, dtype) of each result as its kernel writes it, None kept as None."""
+    return tuple(None if m is None else (sizes, m.dtype) for m, sizes in zip(metas, written_sizes(metas, out_orders)))
 
 
 def _dynamic_kernel_plan(
     func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, kind: str,
-    signature: tuple, slots: list[int], dims: frozenset, scalar_dtypes: list,
+    signature: tuple, slots: list[int], dims: frozenset, scalar_dtypes: list, orders: Orders | None, out_orders: Orders | None,
 ) -> KernelPlan | None:
     """The plan of a kernel with ``dims`` dynamic (eager/dynamic.py), compiled now if new; None
     where it does not compile (the family then stays static) or this call's sizes do not fit
@@ -166,6 +169,7 @@ def _dynamic_kernel_plan(
         if found is None:
             return None
         keyed, traced, symbol_dims = found
+        keyed, traced = in_orders(keyed, traced, orders)
         dynamic_signature = list(signature)
         for slot, key in zip(slots, keyed):
             dynamic_signature[slot] = key
@@ -176,7 +180,7 @@ def _dynamic_kernel_plan(
         if kernel is None and at_one:
             return None  # a size of 1 is not known to run on a kernel traced at other sizes
         if kernel is None:
-            lowerings = lowerings_of(func, schema, args, kwargs, leaves, metas, inputs)
+            lowerings = lowerings_of(func, schema, args, kwargs, leaves, metas, inputs, orders, out_orders)
             try:
                 with accumulation.noting_symbolic_counts() as counted:
                     first, traced_first = _traced_first(lowerings)
@@ -194,14 +198,17 @@ def _dynamic_kernel_plan(
                 dynamic.refuse(signature, slots, leaves.device)
                 return None
             dynamic.compiled(signature, slots, leaves.device)
-        if (at_one or kernel.metadata.get("sized")) and not _serves(func, schema, args, kwargs, leaves, metas, inputs, kernel, (signature, dynamic_signature)):
+        if (at_one or kernel.metadata.get("sized")) and not _serves(
+            func, schema, args, kwargs, leaves, metas, inputs, kernel, (signature, dynamic_signature), orders, out_orders
+        ):
             return None  # this call gets a kernel of its own
-        return KernelPlan(func, leaves.device, kernel, dynamic_signature, scalar_dtypes, layouts_of(metas), kind)
+        return KernelPlan(func, leaves.device, kernel, dynamic_signature, scalar_dtypes, _layouts(metas, out_orders), kind, orders, out_orders)
     return None
 
 
 def _serves(
-    func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list, kernel: Kernel, signatures: tuple
+    func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, inputs: list, kernel: Kernel, signatures: tuple,
+    orders: Orders | None, out_orders: Orders | None,
 ) -> bool:
     """Whether the family's dynamic kernel computes this call (with a size of 1 at one of its
     dynamic dims, or on a "sized" kernel) as a kernel for the call's own sizes would: its trace
@@ -215,10 +222,10 @@ def _serves(
     if kept is not None:
         return kept["served"]
     served = alternative in (AS_IT_IS, DECOMPOSED) and traced_at is not None and program_match.same_program(
-        traced_call(func, schema, args, kwargs, leaves, metas),
+        kernel_function(func, schema, args, kwargs, leaves, metas, orders, out_orders),
         inputs,
         traced_at,
-        [tuple(m.shape) for m in metas if m is not None],
+        [sizes for sizes in written_sizes(metas, out_orders) if sizes is not None],
         lowering.trace_table(decompose=alternative == DECOMPOSED),
     )
     kernel_cache.keep_choice(key, leaves.device, {"op": _describe(func, leaves), "served": served})

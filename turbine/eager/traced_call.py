@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from turbine.eager import lowering, registry
-from turbine.eager.kernel_orders import Orders, in_memory_order, permute_sizes
+from turbine.eager.kernel_orders import Orders, in_memory_order, written_sizes
 from turbine.eager.meta import off_device
 from turbine.eager.schema import OpSchema, schema_of
 from turbine.eager.signature import Leaves, is_runtime, rebuild
@@ -148,14 +148,12 @@ def lowerings_of(
     of the ops inside it. Each reads its inputs and writes its results in ``orders`` and
     ``out_orders`` where given (eager/kernel_orders.py)."""
     count = len(leaves.tensors)
-    written = [o for m, o in zip(metas, out_orders) if m is not None] if out_orders is not None else None
 
     def kernel_of(corrected: bool) -> Callable:
-        traced = traced_call(func, schema, args, kwargs, leaves, metas, corrected=corrected)
-        return traced if orders is None and written is None else in_memory_order(traced, count, orders, written)
+        return kernel_function(func, schema, args, kwargs, leaves, metas, orders, out_orders, corrected)
 
     traced = kernel_of(corrected=True)
-    result_shapes = [permute_sizes(tuple(m.shape), o) for m, o in zip([m for m in metas if m is not None], written or [None] * len(metas))]
+    result_shapes = [sizes for sizes in written_sizes(metas, out_orders) if sizes is not None]
 
     def shape_checked(traced: Callable) -> Callable:
         """``traced``, refusing results whose shapes are not the meta call's: torch's shape rule
@@ -202,6 +200,19 @@ def lowerings_of(
     for way in ways:
         lowerings += as_is_and_decomposed(way, corrected=False)
     return lowerings
+
+
+def kernel_function(
+    func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list,
+    orders: Orders | None = None, out_orders: Orders | None = None, corrected: bool = True,
+) -> Callable:
+    """The traced call (:func:`traced_call`) reading its inputs and writing its results in
+    ``orders`` and ``out_orders`` where given (eager/kernel_orders.py)."""
+    traced = traced_call(func, schema, args, kwargs, leaves, metas, corrected=corrected)
+    if orders is None and out_orders is None:
+        return traced
+    written = None if out_orders is None else [o for m, o in zip(metas, out_orders) if m is not None]
+    return in_memory_order(traced, len(leaves.tensors), orders, written)
 
 
 def traced_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Leaves, metas: list, corrected: bool = True) -> Callable:
