@@ -24,11 +24,15 @@ CASES = {
     "dilated": ((1, 2, 12, 12), (3, 2, 3, 3), 1, 2, 2, 1),
     "padding wider than the kernel": ((1, 2, 6, 6), (2, 2, 3, 3), 1, 3, 1, 1),
     "grouped (IREE's own lowering)": ((2, 4, 8, 8), (6, 2, 3, 3), 1, 1, 1, 2),
+    # torch passes aten a one-element padding list for these (they fell back: an IndexError)
+    "padding valid": ((2, 3, 9, 11), (4, 3, 3, 3), 1, "valid", 1, 1),
+    "padding same, dilated": ((2, 3, 9, 11), (4, 3, 3, 3), 1, "same", 2, 1),
+    "padding same, even kernel": ((1, 2, 8, 9), (3, 2, 2, 4), 1, "same", 1, 1),
 }
 
 
 def _pair(value):
-    return list(value) if isinstance(value, tuple) else [value, value]
+    return list(value) if isinstance(value, tuple) else value if isinstance(value, str) else [value, value]
 
 
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no bias"])
@@ -47,6 +51,23 @@ def test_convolution_and_gradients_match_torch(case, bias, stats):
         actual = torch.nn.functional.conv2d(device_inputs[0], device_inputs[1], device_inputs[2] if bias else None, **options)
         actual_grads = torch.autograd.grad(actual, device_inputs, upstream.to(D))
     torch.testing.assert_close(actual.detach().cpu(), expected.detach(), rtol=1e-4, atol=1e-4)
+    for got, want in zip(actual_grads, expected_grads):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+    assert stats()["fallbacks"] == {}
+
+
+def test_one_value_for_every_dim_runs_on_iree(stats):
+    """aten.convolution and its gradient take stride, padding and dilation lists of one element
+    meaning every spatial dim (what ``conv2d(padding="valid")`` passes)."""
+    x, w = torch.randn(2, 3, 10, 9), torch.randn(4, 3, 3, 3)
+    g = torch.randn(2, 4, 8, 7)
+    lists = ([1], [0], [1], False, [0], 1)  # torch's CPU kernel refuses [2] as every dim's stride
+    expected = aten.convolution.default(x, w, None, *lists)
+    expected_grads = aten.convolution_backward.default(g, x, w, [4], *lists, [True, True, True])
+    with turbine.fallback("error"):
+        actual = aten.convolution.default(x.to(D), w.to(D), None, *lists)
+        actual_grads = aten.convolution_backward.default(g.to(D), x.to(D), w.to(D), [4], *lists, [True, True, True])
+    torch.testing.assert_close(actual.cpu(), expected, rtol=1e-4, atol=1e-4)
     for got, want in zip(actual_grads, expected_grads):
         torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
     assert stats()["fallbacks"] == {}

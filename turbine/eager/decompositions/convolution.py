@@ -35,6 +35,13 @@ import torch.nn.functional as F
 aten = torch.ops.aten
 
 
+def _per_dim(weight: torch.Tensor, *lists: list[int]) -> list[list[int]]:
+    """Each of ``lists`` (stride, padding, ...) with one value per spatial dim: torch passes a
+    one-element list for all of them (``conv2d(padding="valid")`` passes ``[0]``)."""
+    dims = weight.dim() - 2
+    return [list(values) * dims if len(values) == 1 else list(values) for values in lists]
+
+
 def _plain_2d(weight: torch.Tensor, transposed: bool, groups: int) -> bool:
     return weight.dim() == 4 and not transposed and groups == 1
 
@@ -58,6 +65,7 @@ def convolution(
 ) -> torch.Tensor:
     """``aten.convolution``: strided 2-D ones as im2col and a matmul, the rest as they are (one
     whose output is one wide along a dim on the part of the input it reads)."""
+    stride, padding, dilation, output_padding = _per_dim(weight, stride, padding, dilation, output_padding)
     if not transposed and not _plain_2d(weight, transposed, groups):
         window = _read_window(input, weight, stride, padding, dilation)
         if window is not None:
@@ -107,6 +115,7 @@ def convolution_backward(
     output_mask: list[bool],
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """``aten.convolution_backward`` for plain 2-D convolutions and transposed ones (see the module docstring)."""
+    stride, padding, dilation, output_padding = _per_dim(weight, stride, padding, dilation, output_padding)
     if transposed:
         return _transposed_backward(grad_output, input, weight, stride, padding, dilation, groups, output_mask)
     if not _plain_2d(weight, transposed, groups) and _read_window(input, weight, stride, padding, dilation) is not None:
