@@ -538,6 +538,34 @@ def test_average_pooling_of_unbatched_inputs(dims):
     check(lambda t: pool(t, 2), x)
 
 
+CEIL_MODE_POOLS = {
+    # name: (input sizes, kernel, stride, padding, count_include_pad, divisor_override)
+    "Funnel's (2, 1) windows": ((2, 1, 7, 32), (2, 1), (2, 1), 0, True, None),
+    "EfficientNet's window wider than the input": ((2, 8, 2, 2), 16, 16, 0, True, None),
+    "padded, padding not counted": ((2, 3, 7, 9), 3, 2, 1, False, None),
+    "stride wider than the kernel": ((2, 3, 7, 9), 2, (2, 3), 0, True, None),
+    "a divisor": ((1, 2, 6, 5), (3, 2), 2, 1, True, 3),
+    "3-D": ((1, 2, 5, 4, 7), 2, 2, 0, True, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CEIL_MODE_POOLS))
+def test_average_pooling_in_ceil_mode_runs_on_iree(name):
+    """Windows that reach past the padded input (``ceil_mode``) failed IREE 3.13's compile
+    ('linalg.generic' op inferred input/output operand #2 has shape's dimension #2 to be 33, but
+    found 32) and fell back (Funnel, EfficientNet); they are sums over a zero-padded input
+    divided by torch's counts. Forward and backward."""
+    sizes, kernel, stride, padding, include_pad, divisor = CEIL_MODE_POOLS[name]
+    pool = torch.nn.functional.avg_pool2d if len(sizes) == 4 else torch.nn.functional.avg_pool3d
+
+    def pooled_and_gradient(t):
+        t = t.detach().requires_grad_()
+        y = pool(t, kernel, stride, padding, True, include_pad, divisor)
+        return y, torch.autograd.grad(y.square().sum(), t)[0]
+
+    check(pooled_and_gradient, torch.randn(sizes), rtol=1e-5, atol=1e-5)
+
+
 def test_average_pooling_that_leaves_the_end_of_a_dim_unread():
     """IREE 3.13's lowering failed where the windows leave the end of a dim unread (a 3x4x4
     input in 2x2x2 windows: 'linalg.generic' op inferred ... to be 3, but found 2) and fell back
