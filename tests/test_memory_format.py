@@ -7,8 +7,12 @@ normalisation, padding, ...): code reads those strides back,
 import pytest
 import torch
 
+import turbine
+
 from checks import D, check
+from turbine.errors import CompileError
 from turbine.eager import dispatch, views
+from turbine.kernels_cache import cache as cache_module
 from turbine.eager.relaid_plan import RelaidPlan
 
 CHANNELS_LAST = torch.channels_last
@@ -342,3 +346,62 @@ def test_kernels_read_transposed_and_channels_last_inputs_as_they_lie(name, monk
     expected = fn(a, b)
     assert same_layout(actual, expected), (actual.stride(), expected.stride())
     check(fn, a, b, rtol=1e-4, atol=1e-5)
+
+
+META_STRIDES_DIFFER = {
+    "batch norm of a transpose": (lambda t: torch.nn.functional.batch_norm(t.transpose(1, 2), None, None, training=True), (4, 5, 3)),
+    "batch norm of a permutation": (lambda t: torch.nn.functional.batch_norm(t.permute(0, 2, 1, 3), None, None, training=True), (2, 4, 3, 6)),
+    "group norm of channels-last": (lambda t: torch.nn.functional.group_norm(t.contiguous(memory_format=CHANNELS_LAST), 1), (2, 4, 6, 6)),
+    "reflection pad of channels-last": (lambda t: torch.nn.functional.pad(t.contiguous(memory_format=CHANNELS_LAST), (1, 1, 1, 1), mode="reflect"), (2, 4, 6, 6)),
+    "replication pad of channels-last": (lambda t: torch.nn.functional.pad(t.contiguous(memory_format=CHANNELS_LAST), (1, 2, 1, 0), mode="replicate"), (2, 4, 6, 6)),
+    "roll of channels-last": (lambda t: t.contiguous(memory_format=CHANNELS_LAST).roll(1, 1), (2, 4, 6, 6)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(META_STRIDES_DIFFER))
+def test_ops_whose_shape_rule_lays_results_out_otherwise_take_torchs_cpu_strides(name):
+    """torch's meta kernels lay these out otherwise than its CPU kernels (batch norm of a
+    transposed input: the meta result is transposed, the CPU's row-major, and ``.view`` of it
+    raised on turbine); the CPU's strides count (eager/meta.py runs the op on CPU stand-ins)."""
+    fn, sizes = META_STRIDES_DIFFER[name]
+    x = torch.randn(sizes)
+    expected = fn(x)
+    actual = check_and_return(fn, x, rtol=1e-4, atol=1e-5)
+    assert same_layout(actual, expected), (actual.stride(), expected.stride())
+
+
+def test_a_view_with_gaps_gets_the_same_strides_whatever_kernels_are_stored():
+    """Results of views that are not dense stay row-major, whether or not a kernel of their
+    sizes was stored before (one is found by sizes alone, without the meta call)."""
+    a = torch.randn(6, 10)
+
+    def strides() -> tuple:
+        view = a.to(D)[:, ::2].t()
+        return view.sin().stride(), view.sort(1)[0].stride()
+
+    first = strides()
+    dispatch.clear_plans()
+    torch.randn(5, 6, device=D).sin().cpu()
+    torch.randn(5, 6, device=D).sort(1)[0].cpu()
+    dispatch.clear_plans()
+    assert strides() == first
+
+
+def test_a_kernel_that_does_not_compile_gives_the_same_strides_on_every_call(fresh_cache, monkeypatch):
+    """The fallback of a kernel that reads or writes another order lays its results out as the
+    kernel would, on the first (queued) call and on later ones alike."""
+    compile_mlir = cache_module.compile_mlir
+
+    def failing(text, target):
+        if "aten.sort" in text:
+            raise CompileError("broken on purpose")
+        return compile_mlir(text, target)
+
+    monkeypatch.setattr(cache_module, "compile_mlir", failing)
+    a = torch.randn(5, 4)
+    expected = [t.stride() for t in a.t().sort(1)]
+    with turbine.fallback("device"):
+        for _ in range(3):
+            values, indices = a.to(D).t().sort(1)
+            assert [values.stride(), indices.stride()] == expected
+            torch.testing.assert_close(values.cpu(), a.t().sort(1)[0])

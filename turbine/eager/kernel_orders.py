@@ -52,21 +52,29 @@ def _lies_in(tensor: DeviceTensor) -> tuple | None:
     return None if order is None else tuple(order)
 
 
-def may_keep_order(leaves: Leaves) -> bool:
-    """Whether a call may read an input in another order or write a result so (its plan then
-    needs the meta call: a stored kernel, found by sizes alone, would not say)."""
+def reads_another_order(leaves: Leaves) -> bool:
+    """Whether an input lies densely in another order than row-major: only such calls read an
+    input as it lies or write a result in another order (their plans need the meta call: a
+    stored kernel, found by sizes alone, would not say)."""
     return any(not tensor._dense and _lies_in(tensor) is not None for tensor in leaves.tensors)
 
 
-def output_orders(func: Any, leaves: Leaves, metas: list) -> Orders | None:
+def torch_orders(leaves: Leaves, metas: list) -> Orders | None:
     """Per result (None ones included), the order torch lays it out in where that is not
-    row-major, else None; None for a call whose inputs are all row-major (torch's results are
-    too, but for linear algebra's column-major factors, which stay row-major here) and for
-    ``reads_row_major`` ops (eager/relaid_plan.py copies their results)."""
-    if registry.has_trait(func, "reads_row_major") or all(tensor._dense for tensor in leaves.tensors):
+    row-major, else None; None where no input lies densely in another order (torch's results
+    are then row-major too, but for linear algebra's column-major factors, which stay row-major
+    here; and results of views with gaps, which stay row-major whether or not a kernel of their
+    sizes was stored before)."""
+    if not reads_another_order(leaves):
         return None
     found = tuple(None if meta is None else _laid_out_in(meta) for meta in metas)
     return found if any(order is not None for order in found) else None
+
+
+def output_orders(func: Any, leaves: Leaves, metas: list) -> Orders | None:
+    """The orders a kernel writes its results in (:func:`torch_orders`); None for
+    ``reads_row_major`` ops, whose results eager/relaid_plan.py copies."""
+    return None if registry.has_trait(func, "reads_row_major") else torch_orders(leaves, metas)
 
 
 def _laid_out_in(meta: torch.Tensor) -> tuple | None:

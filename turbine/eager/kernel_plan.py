@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import torch
+
 from turbine.config import config
 from turbine.device import Buffer, BufferView, Device, join
 from turbine.eager import deferred, executors, fallback, runtime
@@ -70,7 +72,7 @@ class KernelPlan:
             if self._must_queue():
                 return self._queue(leaves, args, kwargs)
             if self.failure is not None:
-                return fallback.run(self.func, args, kwargs, self.failure)
+                return self._fallback(args, kwargs)
         views, waits = self.kernel_inputs(leaves.tensors)
         if leaves.scalars:
             views += self._scalar_views(leaves)
@@ -97,6 +99,17 @@ class KernelPlan:
         """A result made elsewhere (the fallback's) as the kernel writes it (permuted into its order)."""
         order = None if self.out_orders is None else self.out_orders[index]
         return dense(result if order is None else permuted(result, order))
+
+    def _fallback(self, args: tuple, kwargs: dict) -> Any:
+        """The call on the fallback policy's executor, its results laid out as the kernel's
+        would be (as a queued launch's fallback lays them out: deferred.py)."""
+        result = fallback.run(self.func, args, kwargs, self.failure)
+        if self._backs is None:
+            return result
+        results = [result] if isinstance(result, torch.Tensor) else list(result)
+        made = [None if t is None or i >= len(self._backs) else self.kernel_result(i, t) for i, t in enumerate(results)]
+        laid = [t if m is None else m for t, m in zip(results, self._permuted_back(made))]
+        return laid[0] if isinstance(result, torch.Tensor) else type(result)(laid)
 
     def _permuted_back(self, made: list) -> list:
         """Results written in torch's order, as tensors with torch's sizes and strides."""

@@ -35,7 +35,11 @@ def meta_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Any:
             # resize_out warns on every call that resizes; the meta run happens once per plan.
             warnings.filterwarnings("ignore", "An output with one or more elements was resized")
             out = func(*meta_args, **meta_kwargs)
-        return _in_torchs_conv_layout(func, args, out) if func in _CONVOLUTIONS else out
+        if func in _CONVOLUTIONS:
+            return _in_torchs_conv_layout(func, args, out)
+        if func in _CPU_LAYOUTS and not all(t.is_contiguous() for t in args if isinstance(t, DeviceTensor)):
+            return _in_torchs_cpu_layout(func, schema, args, kwargs, out)
+        return out
     except NotImplementedError as error:
         raise UnsupportedOpError(
             f"{func} has no shape rule in torch (its output shape may depend on the data)"
@@ -53,15 +57,45 @@ def meta_call(func: Any, schema: OpSchema, args: tuple, kwargs: dict) -> Any:
 _CONVOLUTIONS = {torch.ops.aten.convolution.default: 0, torch.ops.aten.convolution_backward.default: 1}
 
 
+_aten = torch.ops.aten
+
+#: Ops whose meta kernels lay results of inputs in another order out otherwise than torch's CPU
+#: kernels (batch norm keeps a transposed input's order where the CPU's result is row-major;
+#: group norm, reflection and replication padding, roll and pixel shuffles give a channels-last
+#: input a row-major result where the CPU's is channels-last).
+_CPU_LAYOUTS = {
+    _aten.native_batch_norm.default, _aten._native_batch_norm_legit.default, _aten._native_batch_norm_legit.no_stats,
+    _aten._native_batch_norm_legit_no_training.default, _aten._native_batch_norm_legit_functional.default,
+    _aten.native_group_norm.default, _aten.roll.default, _aten.pixel_shuffle.default, _aten.pixel_unshuffle.default,
+    _aten.reflection_pad1d.default, _aten.reflection_pad2d.default, _aten.reflection_pad3d.default,
+    _aten.replication_pad1d.default, _aten.replication_pad2d.default, _aten.replication_pad3d.default,
+}
+
+
+def _in_torchs_cpu_layout(func: Any, schema: OpSchema, args: tuple, kwargs: dict, out: Any) -> Any:
+    """Meta results with the strides of torch's CPU results: the op run once on zero-filled CPU
+    stand-ins of its inputs (when its plan is built)."""
+    cpu = on_cpu_zeros(func, schema, args, kwargs)
+
+    def restrided(meta: Any, real: Any) -> Any:
+        if not isinstance(meta, torch.Tensor) or not isinstance(real, torch.Tensor) or meta.stride() == real.stride():
+            return meta
+        return torch.empty_strided(tuple(real.shape), tuple(real.stride()), dtype=meta.dtype, device="meta")
+
+    if isinstance(out, torch.Tensor):
+        return restrided(out, cpu)
+    return type(out)(restrided(m, r) for m, r in zip(out, cpu))
+
+
 def _in_torchs_conv_layout(func: Any, args: tuple, out: Any) -> Any:
     """A convolution's meta results in the memory format torch's CPU kernel gives them: its meta
     kernel has no device to choose a backend by, and leaves them row-major (torch's fake tensors
     ask the backend the way this does). The backend is chosen on empty CPU stand-ins of the
     input and weight (nothing is written to them); a gradient of the bias stays as it is."""
     first = _CONVOLUTIONS[func]
-    input, weight = (torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu") for t in args[first:first + 2])
-    if input.is_contiguous() and weight.is_contiguous():
+    if args[first].is_contiguous() and args[first + 1].is_contiguous():
         return out  # row-major in, row-major out
+    input, weight = (torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu") for t in args[first:first + 2])
     if func is torch.ops.aten.convolution.default:
         bias = None if args[2] is None else torch.empty(tuple(args[2].shape), dtype=args[2].dtype, device="cpu")
         backend = torch._C._select_conv_backend(input, weight, bias, *args[3:9])

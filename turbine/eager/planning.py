@@ -71,7 +71,7 @@ def build_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: L
     ``run`` is dispatch's: a mutation plan runs the op's out-of-place twin through it."""
     if leaves.device is None:
         raise UnsupportedOpError(f"{func} reached turbine without a turbine tensor argument")
-    if not schema.written and not schema.aliased_output and not may_keep_order(func, leaves) and not kernel_orders.may_keep_order(leaves):
+    if not schema.written and not schema.aliased_output and not may_keep_order(func, leaves) and not kernel_orders.reads_another_order(leaves):
         plan = stored_kernel_plan(func, leaves)
         if plan is not None:
             return _timed_if_claimed(func, leaves, plan)

@@ -14,24 +14,22 @@ from typing import Any, Callable
 import torch
 
 from turbine.eager import registry
+from turbine.eager.kernel_orders import torch_orders
 from turbine.eager.ops.layouts import laid_out
 from turbine.eager.signature import Leaves
-from turbine.eager.tensor import memory_order
 
 aten = torch.ops.aten
 
 
 def relaid_strides(func: Any, leaves: Leaves, metas: list) -> tuple | None:
     """For a ``reads_row_major`` op, per result, torch's strides where they lay it out in another
-    order than row-major (None for the others); None where no input is laid out other than
-    row-major, or no result is, and for other ops."""
-    if not registry.has_trait(func, "reads_row_major") or all(tensor._dense for tensor in leaves.tensors):
+    order than row-major (None for the others), from eager/kernel_orders.py's rule; else None."""
+    if not registry.has_trait(func, "reads_row_major"):
         return None
-    strides = tuple(
-        None if meta is None or memory_order(tuple(meta.shape), tuple(meta.stride())) is None else tuple(meta.stride())
-        for meta in metas
-    )
-    return strides if any(s is not None for s in strides) else None
+    orders = torch_orders(leaves, metas)
+    if orders is None:
+        return None
+    return tuple(None if order is None else tuple(meta.stride()) for meta, order in zip(metas, orders))
 
 
 class RelaidPlan:
