@@ -7,11 +7,13 @@ call (a kernel of its own: 1.7 ms for a 512x512 transpose on a 2-core CPU, more 
 after it). Its kernel now takes the buffer as it lies and permutes it back inside the traced
 function, where the compiler folds the permutation into the op's own loops.
 
-Results likewise: where an input lies in another order and torch's shape rule lays a result out
-in another order (a convolution, pooling or normalisation of a channels-last image keeps it
-channels-last), the kernel writes the result permuted into that order and the tensor returned is
-the permutation back: torch's strides, with no copy. Code reads those strides:
-``conv(x_cl).permute(0, 2, 3, 1).view(n, -1, c)`` works in torch.
+Results likewise: where an input lies in another order and torch lays a result out in another
+order (a normalisation, padding or ``cat`` of a channels-last image keeps it channels-last), the
+kernel writes the result permuted into that order and the tensor returned is the permutation
+back: torch's strides, with no copy. Code reads those strides: ``y.permute(0, 2, 3, 1).view(n,
+-1, c)`` of a channels-last ``y`` works in torch. Convolutions and pooling, which IREE 3.13
+compiles slowly in other orders, run row-major and have their results copied instead
+(eager/relaid_plan.py).
 
 A kernel's signature holds the orders (eager/op_trace.py), so it is compiled for them.
 """
@@ -46,10 +48,10 @@ def input_orders(func: Any, leaves: Leaves) -> Orders | None:
 
 
 def _lies_in(tensor: DeviceTensor) -> tuple | None:
+    """The order a tensor's buffer holds exactly its elements in, where not row-major."""
     if tensor.storage_offset() != 0 or tensor._storage.numel != numel_of(tuple(tensor.shape)):
         return None
-    order = memory_order(tuple(tensor.shape), tuple(tensor.stride()))
-    return None if order is None else tuple(order)
+    return _laid_out_in(tensor)
 
 
 def reads_another_order(leaves: Leaves) -> bool:
@@ -77,8 +79,9 @@ def output_orders(func: Any, leaves: Leaves, metas: list) -> Orders | None:
     return None if registry.has_trait(func, "reads_row_major") else torch_orders(leaves, metas)
 
 
-def _laid_out_in(meta: torch.Tensor) -> tuple | None:
-    order = memory_order(tuple(meta.shape), tuple(meta.stride()))
+def _laid_out_in(tensor: torch.Tensor) -> tuple | None:
+    """The order of dims a tensor's strides lay it out densely in, where not row-major."""
+    order = memory_order(tuple(tensor.shape), tuple(tensor.stride()))
     return None if order is None else tuple(order)
 
 

@@ -106,10 +106,13 @@ class KernelPlan:
         result = fallback.run(self.func, args, kwargs, self.failure)
         if self._backs is None:
             return result
-        results = [result] if isinstance(result, torch.Tensor) else list(result)
-        made = [None if t is None or i >= len(self._backs) else self.kernel_result(i, t) for i, t in enumerate(results)]
-        laid = [t if m is None else m for t, m in zip(results, self._permuted_back(made))]
-        return laid[0] if isinstance(result, torch.Tensor) else type(result)(laid)
+        if isinstance(result, torch.Tensor):
+            return self._as_kernel_lays_out(0, result)
+        return type(result)(self._as_kernel_lays_out(i, t) for i, t in enumerate(result))
+
+    def _as_kernel_lays_out(self, index: int, result: Any) -> Any:
+        back = self._backs[index] if index < len(self._backs) else None
+        return result if back is None or result is None else permuted(self.kernel_result(index, result), back)
 
     def _permuted_back(self, made: list) -> list:
         """Results written in torch's order, as tensors with torch's sizes and strides."""
