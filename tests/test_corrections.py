@@ -386,16 +386,19 @@ def test_uint8_ops_wrap_their_other_integer_operands_as_torch_does(other):
 def test_a_number_the_dtype_cannot_hold_wraps_in_binary_ops_and_is_refused_elsewhere(dtype):
     """``image < 256``: torch's binary ops convert a Python number operand to the tensor's dtype,
     wrapping (256 is 0 to uint8); turbine raised "value cannot be converted". torch's other ops
-    (fills, clamp) refuse such a number, and so does turbine, in torch's words."""
+    (fills, clamp) and add/sub's alpha refuse such a number, and so does turbine, in torch's words
+    (an alpha alone, with no number operand, had wrapped)."""
     x = torch.tensor([-5, 0, 1, 100, 127], dtype=torch.int64).to(dtype)
     for fn in (
         lambda t: t < 256, lambda t: t == 256, lambda t: t != 300, lambda t: t >= -200, lambda t: t + 256,
         lambda t: 300 - t, lambda t: t * 300, lambda t: t % 300, lambda t: t & 300, lambda t: t.clone().add_(300),
+        lambda t: torch.add(t, 300, alpha=3), lambda t: torch.sub(t, t, alpha=2),
     ):
         check(fn, x)
     for fn in (
         lambda t: torch.full((3,), 256, dtype=t.dtype, device=t.device), lambda t: t.masked_fill(t > 3, 300),
         lambda t: torch.full_like(t, 256), lambda t: t.new_full((2,), -300),
+        lambda t: torch.add(t, t, alpha=300), lambda t: torch.sub(t, t, alpha=-300), lambda t: t.clone().add_(t, alpha=256),
     ):
         with pytest.raises(RuntimeError) as expected:
             fn(x)

@@ -56,7 +56,7 @@ class KernelPlan:
         self.forget: Callable[[], None] = lambda: None
         self.signature = signature
         self.scalar_dtypes = scalar_dtypes
-        self.wraps = wraps_its_operand(func)
+        self.wraps = wraps_its_operand(func, signature, len(scalar_dtypes))
         self.layouts = layouts  # (shape, dtype), or None, per output: as the kernel writes it
         self.outputs = [None if layout is None else DenseLayout(*layout) for layout in layouts]
         self.orders = orders  # per tensor input, the order the kernel reads its buffer in (None: row-major)

@@ -39,9 +39,14 @@ _WRAPPING = frozenset(
 )
 
 
-def wraps_its_operand(func: Any) -> bool:
-    """Whether ``func``'s first runtime scalar, a Python number operand, wraps to its dtype."""
-    return func.overloadpacket.__name__.strip("_") in _WRAPPING
+def wraps_its_operand(func: Any, signature: tuple, scalars: int) -> bool:
+    """Whether the first of the ``scalars`` runtime scalars of a kernel of ``func`` with this
+    ``signature``, a Python number operand, wraps to its dtype. Not when it is add/sub's
+    ``alpha`` (a keyword, so the last scalar, and named in the signature), which torch refuses
+    where the dtype cannot hold it (``add(uint8, uint8, alpha=300)``)."""
+    if func.overloadpacket.__name__.strip("_") not in _WRAPPING:
+        return False
+    return not (scalars == 1 and "alpha" in signature)
 
 
 def check_fill_value(fill: Any, dtype: torch.dtype) -> None:
