@@ -163,6 +163,33 @@ def test_a_launch_that_cannot_run_fails_its_dependents_not_unrelated_ops(monkeyp
     assert_close(torch.erf(x).cpu(), torch.erf(a))
 
 
+def test_a_stopped_compile_inside_a_relaid_plan_starts_over_on_the_next_call(monkeypatch):
+    """A channels-last convolution's kernel plan sits inside a plan that copies its result into
+    torch's layout (eager/relaid_plan.py); a compile stopped there made only the outer plan
+    known to the plan cache, so the op raised the stopped compile's error on every later call."""
+    from turbine.kernels_cache import cache as cache_module
+
+    compile_mlir = cache_module.compile_mlir
+
+    def lost_for_convolution(text, target):
+        if "convolution" in text:
+            raise RuntimeError("compiler process lost")
+        return compile_mlir(text, target)
+
+    a = torch.randn(2, 3, 11, 9).to(memory_format=torch.channels_last)
+    w = torch.randn(5, 3, 3, 3)
+    x, v = _on(a, w)
+    expected = torch.nn.functional.conv2d(a, w)
+    monkeypatch.setattr(cache_module, "compile_mlir", lost_for_convolution)
+    with turbine.override(dynamic="off"), pytest.raises(RuntimeError, match="compiler process lost"):
+        torch.nn.functional.conv2d(x, v).cpu()
+    monkeypatch.undo()
+    with turbine.override(dynamic="off"):
+        y = torch.nn.functional.conv2d(x, v)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    assert_close(y.cpu(), expected)
+
+
 def test_ops_a_queued_fallback_issues_run_before_the_launches_queued_after_it(monkeypatch, stats):
     """A queued launch whose compile failed runs the fallback policy. Should that fallback issue
     turbine ops, they run there and then; the launches queued after it wait (they may read its

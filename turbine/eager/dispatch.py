@@ -145,8 +145,9 @@ def _new_plan(func: Any, schema: OpSchema, args: tuple, kwargs: dict, leaves: Le
         saved_plans.built()
     plans = runtime.state.plans
     plans[key] = plan
-    if isinstance(plan, KernelPlan):
-        plan.forget = lambda: plans.pop(key, None)
+    kernel_plan = plan if isinstance(plan, KernelPlan) else getattr(plan, "kernel_plan", None)
+    if kernel_plan is not None:  # itself or inside a timed or relaid plan
+        kernel_plan.forget = lambda: plans.pop(key, None)
     return plan
 
 

@@ -41,6 +41,11 @@ class RelaidPlan:
         self.run = run  # dispatch's run: the copies go through their own plans
 
     @property
+    def kernel_plan(self) -> Any:
+        """The kernel plan that computes the results (None for a timed plan's vendor alone)."""
+        return getattr(self.plan, "kernel_plan", self.plan)
+
+    @property
     def executor(self) -> Any:
         """Who runs the call itself (the copy is a gather kernel)."""
         return getattr(self.plan, "executor", None)
