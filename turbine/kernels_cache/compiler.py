@@ -139,8 +139,24 @@ def first_error_lines(diagnostics: str, count: int = 6) -> str:
 
 def compile_mlir(text: str, target: Target) -> bytes:
     """Compile one torch-dialect module for a target. Raises CompileError quoting the compiler."""
+    flags = list(target.compile_flags())
     with _pool.process() as worker:
-        ok, data, diagnostics = worker.compile(text, list(target.compile_flags()))
+        ok, data, diagnostics = worker.compile(text, flags)
+    if not ok and _lacks_a_libm_function(target, diagnostics):
+        with _pool.process() as worker:
+            ok, data, diagnostics = worker.compile(text, flags + [_SYSTEM_LINKED])
     if not ok:
         raise CompileError(first_error_lines(diagnostics) or "the compiler reported failure", diagnostics)
     return data
+
+
+#: A CPU kernel as a system shared library, linked against the C library's libm. IREE's CPU
+#: kernels are self-contained (embedded) ELF files that carry their own math: IREE 3.13 has no
+#: float64 sin, cos, tan, asin, acos, tanh, log2, erf or fmod of its own, so such kernels fail
+#: to link ("undefined symbol: sin"). Only those are linked this way (a library is loaded with
+#: dlopen, slower to load than an embedded kernel).
+_SYSTEM_LINKED = "--iree-llvmcpu-link-embedded=false"
+
+
+def _lacks_a_libm_function(target: Target, diagnostics: str) -> bool:
+    return target.backend == "llvm-cpu" and "undefined symbol" in diagnostics

@@ -1,4 +1,4 @@
-"""The error function family: erfc, erfcx, log_ndtr, ndtri, erfinv."""
+"""The error function family: erf, erfc, erfcx, log_ndtr, ndtri, erfinv."""
 
 from __future__ import annotations
 
@@ -63,6 +63,12 @@ def _erf_wide(x: torch.Tensor) -> torch.Tensor:
     tail = 1 - _erfc_wide(x.abs())
     result = torch.where(x.abs() < _SERIES_LIMIT, _erf_series(x), torch.where(x < 0, -tail, tail))
     return torch.where(torch.isnan(x), x, result)
+
+
+@registers(aten.erf.default)
+def erf(x: torch.Tensor) -> torch.Tensor:
+    """float64 erf on llvm-cpu, which has no vector math.erf of that width (IREE 3.13)."""
+    return _erf_wide(as_float64(x)).to(result_dtype(x))
 
 
 @registers(aten.erfc.default)

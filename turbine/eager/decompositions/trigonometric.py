@@ -12,14 +12,15 @@ import math
 import torch
 
 from turbine.eager.decompositions._common import as_float64, floating, result_dtype
+from turbine.eager.decompositions.erf import erf
 from turbine.eager.decompositions.gamma import sin_pi
 from turbine.eager.decompositions.logarithms import expm1, log1p
 
 
 # float64 sin, cos and tan are the ops themselves. The reduction below (x / pi in
 # float64) rounds by 1e-16 of x, which near a multiple of pi is a large part of a float64 sine
-# (1e-10 relative error); IREE's own float64 kernel (on the GPU), or torch's where IREE has none
-# (the CPU), is exact.
+# (1e-10 relative error); IREE's own float64 kernel (on the GPU), or on the CPU one linked
+# against the C library's (kernels_cache/compiler.py), is exact.
 
 
 def rad2deg(x: torch.Tensor) -> torch.Tensor:
@@ -57,7 +58,10 @@ def cos(x: torch.Tensor) -> torch.Tensor:
 
 
 def gelu(x: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
-    """gelu; its tanh form written out, with tanh from float64 exponentials."""
+    """gelu; its tanh form written out, with tanh from float64 exponentials; float64's erf form
+    written out too, as torch's (llvm-cpu has no float64 vector erf)."""
+    if approximate != "tanh" and x.dtype == torch.float64:
+        return 0.5 * x * (1 + erf(x * math.sqrt(0.5)))
     if approximate != "tanh":
         return torch.ops.aten.gelu.default(x)
     wide = as_float64(x)
