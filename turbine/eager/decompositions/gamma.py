@@ -63,6 +63,11 @@ def lgamma(x: torch.Tensor) -> torch.Tensor:
     return _lgamma_wide(as_float64(x)).to(result_dtype(x))
 
 
+def float64_lgamma(x: torch.Tensor) -> torch.Tensor:
+    """lgamma, float64 from the series above (IREE's float64 lgamma was 3.3e-8 off below 0)."""
+    return _lgamma_wide(x) if x.dtype == torch.float64 else aten.lgamma.default(x)
+
+
 @registers(aten.mvlgamma.default)
 def mvlgamma(x: torch.Tensor, p: int) -> torch.Tensor:
     """The multivariate log-gamma: a sum of p shifted lgammas plus a constant."""
@@ -99,6 +104,11 @@ def _digamma_wide(x: torch.Tensor) -> torch.Tensor:
 @registers(aten.digamma.default)
 def digamma(x: torch.Tensor) -> torch.Tensor:
     return _digamma_wide(as_float64(x)).to(result_dtype(x))
+
+
+def float64_digamma(x: torch.Tensor) -> torch.Tensor:
+    """digamma, float64 from the series above (IREE's float64 digamma was 2e-11 off)."""
+    return _digamma_wide(x) if x.dtype == torch.float64 else aten.digamma.default(x)
 
 
 #: B_2j / (2j)! for j = 1..7: the Euler-Maclaurin tail of the Hurwitz zeta function.
