@@ -32,6 +32,11 @@ CASES = {
     "std and mean": (lambda t: torch.std_mean(t, [0, 1]), torch.randn(6, 96)),
     "mean": (lambda t: t.mean(1), torch.randn(6, 96)),
     "norm": (lambda t: torch.linalg.vector_norm(t, 3, dim=1), torch.randn(6, 96)),
+    "group norm": (lambda t: torch.nn.functional.group_norm(t, 2), torch.randn(2, 8, 4, 4)),
+    "group norm with weights, half, channels-last": (
+        lambda t: torch.nn.functional.group_norm(t, 4, t[0, :, 0, 0], t[1, :, 1, 1]),
+        torch.randn(2, 8, 4, 4, dtype=torch.float16).contiguous(memory_format=torch.channels_last),
+    ),
 }
 
 
@@ -93,3 +98,20 @@ def test_widening_reductions_compile_for_cuda():
         with pytest.raises(turbine.CompileError, match="failed to distribute"):
             compile_mlir(lowering.lower(fn, [inputs]), cuda)
         assert len(compile_mlir(lowering.lower_through_gathers(fn, [inputs]), cuda)) > 0
+
+
+def test_group_norm_compiles_for_cuda_through_its_groups_variances():
+    """IREE 3.13's CUDA target failed to distribute torch-mlir's group norm (and torch's
+    decomposition of it) where a group's size is a multiple of 32: GroupNorm(2, 8) of 4x4 images
+    fell back on the GPU. turbine's decomposition (decompositions/normalization.py) takes each
+    group's var_mean, which reads through a gather."""
+    cuda = Target("cuda", "sm_80", ())
+
+    def group_norm(t, w, b):
+        return list(aten.native_group_norm.default(t, w, b, 2, 8, 16, 2, 1e-5))
+
+    inputs = [((2, 8, 4, 4), torch.float32), ((8,), torch.float32), ((8,), torch.float32)]
+    for lowered in (lambda: lowering.lower(group_norm, inputs), lambda: lowering.lower(group_norm, inputs, decompose=True)):
+        with pytest.raises(turbine.CompileError, match="failed to distribute"):
+            compile_mlir(lowered(), cuda)
+    assert len(compile_mlir(lowering.lower_through_gathers(group_norm, inputs), cuda)) > 0

@@ -1,5 +1,6 @@
-"""Batch norm in evaluation mode, with the result shapes of torch's shape rule; the row
-renormalisation of ``nn.Embedding(max_norm=...)``; weight normalisation's gradient."""
+"""Batch norm in evaluation mode, with the result shapes of torch's shape rule; group norm by
+its groups' variances; the row renormalisation of ``nn.Embedding(max_norm=...)``; weight
+normalisation's gradient."""
 
 from __future__ import annotations
 
@@ -21,6 +22,27 @@ def embedding_renorm(weight: torch.Tensor, indices: torch.Tensor, max_norm: floa
     norms = torch.linalg.vector_norm(rows, norm_type, dim=1, keepdim=True)
     scaled = torch.where(norms > max_norm, rows * (max_norm / (norms + 1e-7)), rows)
     return torch.index_put(weight, (flat,), scaled)
+
+
+@registers(aten.native_group_norm.default)
+def native_group_norm(
+    input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, N: int, C: int, HxW: int, group: int, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Group norm by each group's var_mean: IREE 3.13's CUDA target failed to distribute
+    torch-mlir's own where a group's size is a multiple of 32 (``GroupNorm(2, 8)`` of 4x4
+    images), and every such group norm fell back; this one's variance, read through a gather
+    (decompositions/widening.py), compiles. Half precision is normalised in float32, as torch does."""
+    wide = input.float() if input.dtype in (torch.float16, torch.bfloat16) else input
+    grouped = wide.reshape(N, group, -1)
+    var, mean = torch.var_mean(grouped, -1, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    out = ((grouped - mean) * rstd).reshape(input.shape)
+    per_channel = (1, C) + (1,) * (input.dim() - 2)
+    if weight is not None:
+        out = out * weight.reshape(per_channel)
+    if bias is not None:
+        out = out + bias.reshape(per_channel)
+    return out.to(input.dtype), mean.reshape(N, group).to(input.dtype), rstd.reshape(N, group).to(input.dtype)
 
 
 def batch_norm_eval(
