@@ -152,9 +152,10 @@ def compile_mlir(text: str, target: Target) -> bytes:
 
 #: A CPU kernel as a system shared library, linked against the C library's libm. IREE's CPU
 #: kernels are self-contained (embedded) ELF files that carry their own math: IREE 3.13 has no
-#: float64 sin, cos, tan, asin, acos, tanh, log2, erf or fmod of its own, so such kernels fail
-#: to link ("undefined symbol: sin"). Only those are linked this way (a library is loaded with
-#: dlopen, slower to load than an embedded kernel).
+#: float64 sin, cos, tan, asin, acos, tanh, log2 or fmod of its own, so such kernels fail to
+#: link ("undefined symbol: sin"). Only those are linked this way (a library is loaded with
+#: dlopen, slower to load than an embedded kernel). float64 erf does not get this far: IREE
+#: cannot legalize its vectors at all (decompositions/erf.py has turbine's series).
 _SYSTEM_LINKED = "--iree-llvmcpu-link-embedded=false"
 
 

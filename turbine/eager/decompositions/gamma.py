@@ -65,7 +65,7 @@ def lgamma(x: torch.Tensor) -> torch.Tensor:
 
 def float64_lgamma(x: torch.Tensor) -> torch.Tensor:
     """lgamma, float64 from the series above (IREE's float64 lgamma was 3.3e-8 off below 0)."""
-    return _lgamma_wide(x) if x.dtype == torch.float64 else aten.lgamma.default(x)
+    return lgamma(x) if x.dtype == torch.float64 else aten.lgamma.default(x)
 
 
 @registers(aten.mvlgamma.default)
@@ -108,7 +108,7 @@ def digamma(x: torch.Tensor) -> torch.Tensor:
 
 def float64_digamma(x: torch.Tensor) -> torch.Tensor:
     """digamma, float64 from the series above (IREE's float64 digamma was 2e-11 off)."""
-    return _digamma_wide(x) if x.dtype == torch.float64 else aten.digamma.default(x)
+    return digamma(x) if x.dtype == torch.float64 else aten.digamma.default(x)
 
 
 #: B_2j / (2j)! for j = 1..7: the Euler-Maclaurin tail of the Hurwitz zeta function.
